@@ -1,0 +1,177 @@
+"""The loop IR: explicit loop nests over buffers, what the emitters print.
+
+Expressions are those of the tensor-expression IR (`te.Var`, `te.Const`, `te.Binary`, ...)
+minus `Load`/`Reduce`, plus `BufferLoad` and the vector nodes `Ramp`/`Broadcast`. A vector
+expression has a dtype with lanes, e.g. ``"f32x16"`` (see `vector_dtype`). Statements are
+immutable; buffers compare by identity, like tensors.
+
+Before storage flattening a `BufferLoad`/`Store` has one index per dimension; after it,
+exactly one (the flat offset in elements).
+"""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+from .te import (Binary, Cast, Compare, Const, Expr, Intrinsic, Logical, Select,  # noqa: F401
+                 Unary, Var)
+
+
+def vector_dtype(scalar: str, lanes: int) -> str:
+    return scalar if lanes == 1 else f"{scalar}x{lanes}"
+
+
+def split_dtype(dtype: str) -> tuple[str, int]:
+    """``"f32x16"`` -> ``("f32", 16)``; ``"f32"`` -> ``("f32", 1)``."""
+    if "x" in dtype:
+        base, lanes = dtype.split("x")
+        return base, int(lanes)
+    return dtype, 1
+
+
+@dataclass(frozen=True, eq=False)
+class Buffer:
+    """A region of memory. ``scope``: "global" (a parameter or workspace), "local" (stack or
+    registers), "shared" (GPU shared memory). ``align`` in bytes; ``strides`` in elements
+    (None means dense row-major)."""
+    name: str
+    dtype: str
+    shape: tuple[Expr, ...]
+    scope: str = "global"
+    strides: tuple[Expr, ...] | None = None
+    align: int = 64
+
+    def __repr__(self) -> str:
+        return f"Buffer({self.name}: {self.dtype}{[str(s) for s in self.shape]}, {self.scope})"
+
+
+@dataclass(frozen=True, slots=True)
+class BufferLoad(Expr):
+    buffer: Buffer
+    indices: tuple[Expr, ...]
+    dtype: str
+    # Set by the in-bounds pass when an access could not be proved in bounds and sits under a
+    # guard instead; emitters may ignore it.
+    predicate: Expr | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Ramp(Expr):
+    """``base + stride * lane`` for lane in ``range(lanes)``."""
+    base: Expr
+    stride: Expr
+    lanes: int
+    dtype: str
+
+
+@dataclass(frozen=True, slots=True)
+class Broadcast(Expr):
+    value: Expr
+    lanes: int
+    dtype: str
+
+
+class ForKind(enum.Enum):
+    SERIAL = "serial"
+    PARALLEL = "parallel"
+    VECTORIZED = "vectorized"
+    UNROLLED = "unrolled"
+    THREAD_BINDING = "thread_binding"   # GPU: see For.thread_tag
+    VTHREAD = "vthread"
+
+
+class Stmt:
+    __slots__ = ()
+
+    def __str__(self) -> str:
+        from .loop_printer import format_stmt
+        return format_stmt(self)
+
+
+@dataclass(frozen=True, slots=True)
+class For(Stmt):
+    var: Var
+    min: Expr
+    extent: Expr
+    kind: ForKind
+    body: Stmt
+    thread_tag: str | None = None    # "blockIdx.x", "threadIdx.y", ... for THREAD_BINDING
+
+
+@dataclass(frozen=True, slots=True)
+class Seq(Stmt):
+    stmts: tuple[Stmt, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class If(Stmt):
+    cond: Expr
+    then: Stmt
+    orelse: Stmt | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Store(Stmt):
+    buffer: Buffer
+    indices: tuple[Expr, ...]
+    value: Expr
+    predicate: Expr | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LetStmt(Stmt):
+    var: Var
+    value: Expr
+    body: Stmt
+
+
+@dataclass(frozen=True, slots=True)
+class Allocate(Stmt):
+    """``buffer`` exists (uninitialised) inside ``body``."""
+    buffer: Buffer
+    body: Stmt
+
+
+@dataclass(frozen=True, slots=True)
+class Barrier(Stmt):
+    """A GPU work-group / block barrier (shared-memory visibility)."""
+    scope: str = "shared"
+
+
+@dataclass(frozen=True, slots=True)
+class Evaluate(Stmt):
+    """An expression evaluated for its side effect, e.g. a tensorized micro-kernel call."""
+    value: Expr
+
+
+@dataclass(frozen=True, slots=True)
+class Call(Expr):
+    """A call of an external (micro-kernel) function; args may be buffer addresses."""
+    name: str
+    args: tuple
+    dtype: str = "void"
+
+
+@dataclass(frozen=True, slots=True)
+class AddressOf(Expr):
+    """``&buffer[index]``: a pointer into a flattened buffer (for micro-kernel calls)."""
+    buffer: Buffer
+    index: Expr
+    dtype: str = "handle"
+
+
+@dataclass(frozen=True, eq=False)
+class LoweredFunc:
+    """A function over buffers. ``params`` are the input buffers then the output buffers
+    (scalar parameters are rank-0 buffers passed by value); ``shape_vars`` are the symbolic
+    sizes still free in the body, passed as ``int64_t`` after the buffers."""
+    name: str
+    params: tuple[Buffer, ...]
+    body: Stmt
+    shape_vars: tuple[Var, ...] = ()
+    num_inputs: int = 0
+    attrs: dict = field(default_factory=dict)
+
+    def __str__(self) -> str:
+        from .loop_printer import format_func
+        return format_func(self)
