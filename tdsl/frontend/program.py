@@ -1,0 +1,158 @@
+"""A checked .tdsl file: its ops (with imported ones in scope), schedules and graphs.
+
+`load_program(path)` / `program_from_text(text)` parse, resolve imports and check every op,
+raising one `ErrorList` with all the mistakes found. ``import std`` brings in the standard
+library; ``import "file.tdsl"`` a file relative to the importing one.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..errors import CheckError, ErrorList, TdslError
+from ..lowering import te
+from . import ast
+from .parse import parse
+from .to_te import bind_attrs, instantiate, pack_rank_for, uses_pack
+
+STD_DIR = Path(__file__).resolve().parent.parent / "dsl" / "std"
+# Rank used to check rank-generic ops (any rank from 1 up would do).
+CHECK_PACK_RANK = 2
+
+
+class OpDefinition:
+    """One op of a program; instantiates to a `te.Function` per set of attributes."""
+
+    def __init__(self, opdef: ast.OpDef, program: "Program"):
+        self.ast = opdef
+        self.program = program
+        self._cache: dict = {}
+
+    @property
+    def name(self) -> str:
+        return self.ast.name
+
+    def instantiate(self, attrs: dict | None = None, ranks: list[int] | None = None,
+                    check_only: bool = False, error_type=CheckError) -> te.Function:
+        pack = pack_rank_for(self.ast, ranks) if ranks and uses_pack(self.ast) else (
+            CHECK_PACK_RANK if uses_pack(self.ast) else 0)
+        values = bind_attrs(self.ast, dict(attrs or {}), check_only, error_type)
+        key = (tuple(sorted(values.items(), key=lambda kv: kv[0])), pack)
+        if key not in self._cache:
+            active = self.program.instantiating
+            if self.name in active:
+                chain = " -> ".join([*active, self.name])
+                raise CheckError(f"op {self.name} calls itself: {chain}", self.ast.span)
+            active.append(self.name)
+            try:
+                self._cache[key] = instantiate(self.ast, self.program.resolve_op, values, pack)
+            finally:
+                active.pop()
+        return self._cache[key]
+
+    def instantiate_for_call(self, kwargs: dict, ranks: list[int], span) -> te.Function:
+        return self.instantiate(kwargs, ranks)
+
+
+class Program:
+    def __init__(self, module: ast.Module, path: Path | None, loading: tuple = ()):
+        self.path = path
+        self.ops: dict[str, OpDefinition] = {}
+        self.imported: dict[str, OpDefinition] = {}
+        self.schedules: list[ast.ScheduleDef] = []
+        self.graphs: dict[str, ast.GraphDef] = {}
+        self.instantiating: list[str] = []
+        errors: list[TdslError] = []
+        for item in module.items:
+            try:
+                self._add(item, errors, loading)
+            except TdslError as e:
+                errors.append(e)
+        for op in self.ops.values():
+            try:
+                op.instantiate(check_only=True)
+            except ErrorList as e:
+                errors.extend(e.errors)
+            except TdslError as e:
+                errors.append(e)
+        for s in self.schedules:
+            if s.op not in self.ops and s.op not in self.imported:
+                errors.append(CheckError(f"schedule for unknown op '{s.op}'", s.span))
+        if errors:
+            raise errors[0] if len(errors) == 1 else ErrorList(_dedupe(errors))
+
+    def _add(self, item, errors, loading):
+        if isinstance(item, ast.Import):
+            other = _load_import(item, self.path, loading)
+            for name, op in {**other.imported, **other.ops}.items():
+                self.imported.setdefault(name, op)
+        elif isinstance(item, ast.OpDef):
+            if item.name in self.ops:
+                errors.append(CheckError(
+                    f"op '{item.name}' is defined twice", item.span,
+                    hint=f"the first definition is at {self.ops[item.name].ast.span}"))
+            elif item.name in te.INTRINSICS or item.name == "select":
+                errors.append(CheckError(f"'{item.name}' is a built-in function and can't "
+                                         f"name an op", item.span))
+            else:
+                self.ops[item.name] = OpDefinition(item, self)
+        elif isinstance(item, ast.ScheduleDef):
+            self.schedules.append(item)
+        elif isinstance(item, ast.GraphDef):
+            if item.name in self.graphs:
+                errors.append(CheckError(f"graph '{item.name}' is defined twice", item.span))
+            self.graphs[item.name] = item
+
+    def resolve_op(self, name: str) -> OpDefinition | None:
+        return self.ops.get(name) or self.imported.get(name)
+
+    def all_ops(self) -> dict[str, OpDefinition]:
+        return {**self.imported, **self.ops}
+
+
+def _dedupe(errors):
+    seen, out = set(), []
+    for e in errors:
+        key = (e.message, str(e.span))
+        if key not in seen:
+            seen.add(key)
+            out.append(e)
+    return out
+
+
+_STD_CACHE: dict = {}
+
+
+def _load_import(item: ast.Import, importer: Path | None, loading) -> Program:
+    if item.target == "std":
+        return std_program()
+    base = importer.parent if importer else Path.cwd()
+    path = (base / item.target).resolve()
+    if not path.exists():
+        raise CheckError(f"can't import '{item.target}': no file {path}", item.span)
+    if path in loading:
+        raise CheckError(f"import cycle: {' -> '.join(p.name for p in (*loading, path))}",
+                         item.span)
+    return load_program(path, loading)
+
+
+def load_program(path, loading: tuple = ()) -> Program:
+    path = Path(path).resolve()
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise TdslError(f"can't read {path}: {e.strerror}") from None
+    return Program(parse(text, str(path)), path, (*loading, path))
+
+
+def program_from_text(text: str, filename: str = "<string>") -> Program:
+    return Program(parse(text, filename), None)
+
+
+def std_program() -> Program:
+    """The standard library: every .tdsl file under tdsl/dsl/std, as one program."""
+    if "std" not in _STD_CACHE:
+        files = sorted(STD_DIR.glob("*.tdsl"))
+        text = "\n".join(f'import "{f.name}"' for f in files)
+        prog = Program(parse(text, str(STD_DIR / "<std>")), STD_DIR / "<std>")
+        _STD_CACHE["std"] = prog
+    return _STD_CACHE["std"]

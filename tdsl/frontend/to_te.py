@@ -1,0 +1,345 @@
+"""An op definition, with its attributes bound, becomes a `te.Function`; checking happens on
+the way, while the AST spans are at hand.
+
+Attributes are compile-time: each instantiation gets concrete values (or, when only checking,
+a symbolic stand-in for attributes without a default). A rank-generic shape ``*S`` expands to
+``S0, S1, ...`` and an index pack ``*i`` to ``i0, i1, ...`` for the rank asked for.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..errors import CheckError, ErrorList, Span
+from ..lowering import te
+from ..lowering.dtypes import DTYPES, INDEX
+from . import ast
+from .calls import splice_call
+from .exprs import ExprConverter, Scope, const_value
+
+ATTR_KINDS = {"int": INDEX, "float": "f32", "bool": "bool"}
+
+
+@dataclass
+class StageInfo:
+    name: str
+    dtype: str
+    shape: tuple[te.Expr, ...] | None      # None: inferred from an op call
+    span: Span | None
+    kind: str                              # "param", "output" or "intermediate"
+    definition: ast.Node | None = None
+    tensor: te.Tensor | None = None
+    building: bool = False
+
+
+@dataclass
+class Instantiation:
+    opdef: ast.OpDef
+    resolve_op: object                     # name -> callee with .instantiate(...), or None
+    attrs: dict
+    pack_rank: int
+    errors: list = field(default_factory=list)
+    shape_vars: dict = field(default_factory=dict)
+    positive: set = field(default_factory=set)
+    stages: dict = field(default_factory=dict)
+    _chain: list = field(default_factory=list)     # stages being built, for cycle messages
+    _cycles: set = field(default_factory=set)      # cycles already reported
+
+    # ------------------------------------------------------------------ entry
+
+    def run(self) -> te.Function:
+        op = self.opdef
+        for p in op.params:
+            self._declare(p.name, p.type, p.span, "param", introduce=True)
+        self._check_inferable()
+        for p in op.outputs:
+            self._declare(p.name, p.type, p.span, "output")
+        for item in op.body:
+            if isinstance(item, ast.Decl):
+                self._declare(item.name, item.type, item.span, "intermediate")
+        self._collect_definitions()
+        for name, info in self.stages.items():
+            if info.kind != "param":
+                self._safe(lambda n=name: self._build(n, ()))
+        if self.errors:
+            raise self.errors[0] if len(self.errors) == 1 else _error_list(self.errors)
+        inputs = tuple(self.stages[p.name].tensor for p in op.params)
+        outputs = tuple(self.stages[p.name].tensor for p in op.outputs)
+        return te.Function(op.name, inputs, outputs, tuple(self.shape_vars.values()),
+                           tuple(sorted((k, v) for k, v in self.attrs.items()
+                                        if not isinstance(v, te.Expr))))
+
+    def _safe(self, fn):
+        try:
+            fn()
+        except CheckError as e:
+            if not any(e is x for x in self.errors):
+                self.errors.append(e)
+
+    # ------------------------------------------------------------------ declarations
+
+    def _scope(self, index_vars=None) -> Scope:
+        return Scope(self.attrs, self.shape_vars, index_vars or {}, self._tensor_for,
+                     self.positive, self.pack_rank)
+
+    def _declare(self, name, ttype: ast.TensorType, span, kind, introduce=False):
+        if name in self.stages:
+            self.errors.append(CheckError(f"'{name}' is defined twice", span,
+                                          hint=f"the first definition is at "
+                                               f"{self.stages[name].span}"))
+            return
+        if name in self.attrs:
+            self.errors.append(CheckError(f"'{name}' is already an attribute of "
+                                          f"{self.opdef.name}", span))
+            return
+        try:
+            dtype = _dtype(ttype)
+            shape = self._dims(ttype, introduce)
+        except CheckError as e:
+            self.errors.append(e)
+            dtype, shape = "f32", None
+            kind = "broken"
+        self.stages[name] = StageInfo(name, dtype, shape, span, kind)
+        if kind == "param":
+            self.stages[name].tensor = te.Tensor(name, shape, dtype, te.Placeholder())
+
+    def _dims(self, ttype: ast.TensorType, introduce: bool) -> tuple[te.Expr, ...]:
+        dims: list[te.Expr] = []
+        for d in ttype.dims or ():
+            if isinstance(d, ast.PackDim):
+                for k in range(self.pack_rank):
+                    dims.append(self._shape_var(f"{d.name}{k}", d.span, introduce))
+            elif isinstance(d, ast.Name) and d.id not in self.attrs and introduce:
+                dims.append(self._shape_var(d.id, d.span, True))
+            else:
+                if introduce:
+                    for n in _names(d):
+                        if n not in self.attrs and n not in self.shape_vars:
+                            self._shape_var(n, d.span, True)
+                dims.append(ExprConverter(self._scope(), self).shape_expr(d))
+        return tuple(dims)
+
+    def _shape_var(self, name, span, introduce) -> te.Var:
+        if name not in self.shape_vars:
+            if not introduce:
+                raise CheckError(f"unknown size '{name}'", span,
+                                 hint="sizes are named in the input parameters' shapes")
+            if name in DTYPES or name in te.INTRINSICS:
+                raise CheckError(f"'{name}' is a reserved name and can't name a size", span)
+            self.shape_vars[name] = te.Var(name, INDEX)
+            self.positive.add(name)
+        return self.shape_vars[name]
+
+    def _check_inferable(self):
+        """A size that appears only inside expressions (``f32[2 * K]``) can't be read off
+        the arguments' shapes."""
+        plain = set()
+        for p in self.opdef.params:
+            for d in p.type.dims or ():
+                if isinstance(d, ast.Name):
+                    plain.add(d.id)
+                elif isinstance(d, ast.PackDim):
+                    plain.update(f"{d.name}{k}" for k in range(self.pack_rank))
+        for name in self.shape_vars:
+            if name not in plain:
+                span = next((p.span for p in self.opdef.params
+                             if name in _names_of_type(p.type)), self.opdef.span)
+                self.errors.append(CheckError(
+                    f"size '{name}' can't be inferred from the arguments: it appears only "
+                    f"inside a dimension expression", span,
+                    hint=f"name it as a whole dimension of some input, e.g. X: f32[{name}]"))
+
+    def _collect_definitions(self):
+        for item in self.opdef.body:
+            if isinstance(item, ast.Decl):
+                continue
+            targets = item.targets if isinstance(item, ast.CallStage) else (item.tensor,)
+            for t in targets:
+                info = self.stages.get(t)
+                if info is None:
+                    if isinstance(item, ast.CallStage):
+                        info = self.stages[t] = StageInfo(t, "f32", None, item.span,
+                                                          "intermediate")
+                    else:
+                        self.errors.append(CheckError(
+                            f"'{t}' is not declared", item.span,
+                            hint=f"declare it first, e.g. `{t}: f32[...]`, or make it an "
+                                 f"output"))
+                        continue
+                if info.kind == "param":
+                    self.errors.append(CheckError(f"'{t}' is an input and can't be assigned",
+                                                  item.span))
+                elif info.definition is not None:
+                    self.errors.append(CheckError(
+                        f"'{t}' is defined twice", item.span,
+                        hint=f"the first definition is at {info.definition.span}"))
+                else:
+                    info.definition = item
+        for name, info in self.stages.items():
+            if info.kind in ("output", "intermediate") and info.definition is None:
+                what = "output" if info.kind == "output" else "intermediate tensor"
+                self.errors.append(CheckError(f"{what} '{name}' is never defined", info.span,
+                                              hint=f"add a stage `{name}[...] = ...`"))
+
+    # ------------------------------------------------------------------ stages
+
+    def _tensor_for(self, name: str, span, chain=()) -> te.Tensor | None:
+        """The tensor called ``name`` (building its stage first), or None if unknown."""
+        info = self.stages.get(name)
+        if info is None:
+            return None
+        if info.tensor is None:
+            self._build(name, chain, span)
+        if info.tensor is None:
+            raise _Skip()
+        return info.tensor
+
+    def _build(self, name: str, chain, use_span=None):
+        info = self.stages[name]
+        if info.tensor is not None or info.definition is None or info.kind == "broken":
+            return
+        if info.building:
+            members = frozenset(self._chain[self._chain.index(name):])
+            if members in self._cycles:
+                raise _Skip()
+            self._cycles.add(members)
+            cycle = " -> ".join([*self._chain[self._chain.index(name):], name])
+            raise CheckError(f"circular definition: {cycle}", use_span or info.span,
+                             hint="a tensor can't be computed from itself")
+        info.building = True
+        self._chain.append(name)
+        try:
+            d = info.definition
+            if isinstance(d, ast.CallStage):
+                splice_call(self, d)
+            else:
+                info.tensor = self._build_stage(info, d)
+        except _Skip:
+            pass
+        finally:
+            info.building = False
+            self._chain.pop()
+
+    def _build_stage(self, info: StageInfo, st: ast.Stage) -> te.Tensor:
+        names = []
+        for ix in st.indices:
+            if isinstance(ix, ast.PackIndex):
+                names += [f"{ix.id}{k}" for k in range(self.pack_rank)]
+            else:
+                names.append(ix.id)
+        if len(names) != len(info.shape):
+            raise CheckError(f"'{info.name}' has rank {len(info.shape)} but is defined with "
+                             f"{len(names)} indices", st.span)
+        seen = set()
+        for n, ix in zip(names, st.indices):
+            if n in seen:
+                raise CheckError(f"index '{n}' appears twice on the left of '='", ix.span,
+                                 hint="each output dimension needs its own index name")
+            if n in self.shape_vars or n in self.attrs or n in self.stages:
+                raise CheckError(f"index '{n}' hides the {self._what(n)} '{n}'", ix.span,
+                                 hint="pick another index name")
+            seen.add(n)
+        axes = tuple(te.IterVar(te.Var(n), ext, "data") for n, ext in zip(names, info.shape))
+        conv = ExprConverter(self._scope({ax.var.name: ax for ax in axes}), self)
+        body = conv.value(st.expr, info.dtype, f"the value of {info.name}")
+        return te.Tensor(info.name, info.shape, info.dtype, te.Compute(axes, body))
+
+    def _what(self, n):
+        if n in self.shape_vars:
+            return "size"
+        return "attribute" if n in self.attrs else "tensor"
+
+
+class _Skip(Exception):
+    """A stage depends on one that failed; its own error was already reported."""
+
+
+def _dtype(ttype: ast.TensorType) -> str:
+    if ttype.dtype not in DTYPES:
+        raise CheckError(f"unknown dtype '{ttype.dtype}'", ttype.span,
+                         hint=f"dtypes are {', '.join(DTYPES)}")
+    return ttype.dtype
+
+
+def _names(node) -> list[str]:
+    out = []
+    if isinstance(node, ast.Name):
+        out.append(node.id)
+    elif isinstance(node, ast.Binary):
+        out += _names(node.left) + _names(node.right)
+    elif isinstance(node, ast.Unary):
+        out += _names(node.operand)
+    elif isinstance(node, ast.Call):
+        for a in node.args:
+            out += _names(a)
+    return out
+
+
+def _names_of_type(t: ast.TensorType) -> set[str]:
+    return {n for d in t.dims or () for n in _names(d)}
+
+
+def _error_list(errors):
+    return ErrorList(errors)
+
+
+# ---------------------------------------------------------------------------- attributes
+
+def bind_attrs(opdef: ast.OpDef, given: dict, check_only: bool, error_type) -> dict:
+    """Attribute values for an instantiation: given > default > (checking only) symbolic."""
+    known = {a.name: a for a in opdef.attrs}
+    for k in given:
+        if k not in known:
+            names = ", ".join(known) or "none"
+            raise error_type(f"op {opdef.name} has no attribute '{k}' (its attributes: "
+                             f"{names})", opdef.span)
+    out = {}
+    for a in opdef.attrs:
+        if a.kind not in ATTR_KINDS:
+            raise CheckError(f"attribute kind '{a.kind}' is unknown", a.span,
+                             hint="attributes are int, float or bool")
+        if a.name in given:
+            v = given[a.name]
+            if isinstance(v, te.Expr):           # symbolic, from a caller being checked
+                out[a.name] = v
+                continue
+            out[a.name] = _attr_value(opdef, a, v, error_type)
+        elif a.default is not None:
+            v = const_value(a.default, {})
+            out[a.name] = _attr_value(opdef, a, v, CheckError, a.default.span)
+        elif check_only:
+            out[a.name] = te.Var(a.name, ATTR_KINDS[a.kind])
+        else:
+            raise error_type(f"op {opdef.name} needs attribute '{a.name}' ({a.kind})",
+                             opdef.span)
+    return out
+
+
+def _attr_value(opdef, a: ast.Attr, v, error_type, span=None):
+    ok = {"int": isinstance(v, int) and not isinstance(v, bool),
+          "float": isinstance(v, (int, float)) and not isinstance(v, bool),
+          "bool": isinstance(v, bool)}[a.kind]
+    if hasattr(v, "item") and not ok:            # numpy scalars
+        return _attr_value(opdef, a, v.item(), error_type, span)
+    if not ok:
+        raise error_type(f"attribute '{a.name}' of op {opdef.name} is {a.kind}, got "
+                         f"{v!r}", span or a.span)
+    return float(v) if a.kind == "float" else v
+
+
+def instantiate(opdef: ast.OpDef, resolve_op, attrs: dict, pack_rank: int) -> te.Function:
+    return Instantiation(opdef, resolve_op, attrs, pack_rank).run()
+
+
+def uses_pack(opdef: ast.OpDef) -> bool:
+    return any(isinstance(d, ast.PackDim) for p in opdef.params for d in p.type.dims or ())
+
+
+def pack_rank_for(opdef: ast.OpDef, ranks: list[int]) -> int:
+    """The pack rank implied by the arguments' ranks (0 when the op has no pack)."""
+    for p, r in zip(opdef.params, ranks):
+        dims = p.type.dims or ()
+        if any(isinstance(d, ast.PackDim) for d in dims):
+            return max(r - (len(dims) - 1), 0)
+    return 0
+
+
