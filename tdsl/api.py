@@ -5,16 +5,13 @@ lowering and the emitters, and nothing below imports it.
 """
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 
 from .errors import CallError
-from .frontend import ast
+from .frontend import ast, unparse
 from .frontend.program import OpDefinition, Program, load_program, program_from_text, \
     std_program
 from .lowering import te
-from .lowering.te_printer import format_tensor_type
 
 
 class Op:
@@ -42,16 +39,7 @@ class Op:
 
     def signature(self) -> str:
         """``name(A: f32[M, K], B: f32[K, N]; alpha: float = 1.0) -> C: f32[M, N]``"""
-        fn = self._def.instantiate(check_only=True)
-        params = ", ".join(f"{t.name}: {_type_text(p.type, t)}"
-                           for p, t in zip(self.ast.params, fn.inputs))
-        attrs = ", ".join(f"{a.name}: {a.kind}" + (f" = {_text(a.default)}" if a.default
-                                                    else "") for a in self.ast.attrs)
-        outs = ", ".join(f"{t.name}: {_type_text(p.type, t)}"
-                         for p, t in zip(self.ast.outputs, fn.outputs))
-        if len(fn.outputs) > 1:
-            outs = f"({outs})"
-        return f"{self.name}({params}{'; ' + attrs if attrs else ''}) -> {outs}"
+        return unparse.signature(self.ast)
 
     def function(self, ranks: list[int] | None = None, **attrs) -> te.Function:
         """The tensor-expression function for these attributes (and argument ranks, for
@@ -125,25 +113,4 @@ def stdlib() -> Module:
     return _STD[0]
 
 
-def _text(node) -> str:
-    match node:
-        case ast.Number(t):
-            return t
-        case ast.Bool(v):
-            return "true" if v else "false"
-        case ast.Unary("-", x):
-            return "-" + _text(x)
-        case ast.Name(n):
-            return n
-    return "..."
-
-
-def _type_text(t: ast.TensorType, tensor: te.Tensor) -> str:
-    if t.dims and any(isinstance(d, ast.PackDim) for d in t.dims):
-        parts = [f"*{d.name}" if isinstance(d, ast.PackDim) else "…" for d in t.dims]
-        if all(isinstance(d, ast.PackDim) for d in t.dims):
-            return f"{t.dtype}[{', '.join(parts)}]"
-    return format_tensor_type(tensor)
-
-
-__all__ = ["Op", "Module", "load", "loads", "stdlib", "Path"]
+__all__ = ["Op", "Module", "load", "loads", "stdlib"]

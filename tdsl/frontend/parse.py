@@ -10,8 +10,6 @@ from lark import Lark, Token, Transformer, v_args
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
 
 from ..errors import ParseError, Source, Span
-from ..lowering.dtypes import DTYPES
-from ..lowering.te import INTRINSICS
 from . import ast
 
 _GRAMMAR = Path(__file__).resolve().parent.parent / "dsl" / "grammar.lark"
@@ -161,7 +159,10 @@ class _ToAst(Transformer):
 
     def assign(self, meta, c):
         name, indices, expr = c
-        if isinstance(expr, ast.Call) and indices is None and _is_op_call(expr):
+        if isinstance(expr, ast.Call) and indices is None and \
+                all(isinstance(a, ast.Name) for a in expr.args):
+            # `T = f(X, Y)`: an op call, or (when f is no op) a rank-0 stage; the checker
+            # decides, since only it knows which ops are in scope
             return ast.CallStage((str(name),), expr, self._span(meta))
         return ast.Stage(str(name), tuple(indices or ()), expr, self._span(meta))
 
@@ -303,10 +304,3 @@ def _join(a, b) -> Span | None:
     if sa is None or sb is None:
         return sa or sb
     return Span(sa.source, sa.line, sa.col, sb.end_line, sb.end_col)
-
-
-def _is_op_call(call: ast.Call) -> bool:
-    """A call whose arguments are all bare tensor names is an op call (``T = relu(X)``);
-    anything else (``s = exp(x[0])``) is an ordinary rank-0 stage. The checker decides for
-    ambiguous cases by looking the name up."""
-    return call.func not in INTRINSICS and call.func not in DTYPES and call.func != "select"

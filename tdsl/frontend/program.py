@@ -10,6 +10,7 @@ from pathlib import Path
 
 from ..errors import CheckError, ErrorList, TdslError
 from ..lowering import te
+from ..lowering.dtypes import DTYPES
 from . import ast
 from .parse import parse
 from .to_te import bind_attrs, instantiate, pack_rank_for, uses_pack
@@ -90,8 +91,8 @@ class Program:
                 errors.append(CheckError(
                     f"op '{item.name}' is defined twice", item.span,
                     hint=f"the first definition is at {self.ops[item.name].ast.span}"))
-            elif item.name in te.INTRINSICS or item.name == "select":
-                errors.append(CheckError(f"'{item.name}' is a built-in function and can't "
+            elif item.name in DTYPES or item.name == "select":
+                errors.append(CheckError(f"'{item.name}' is a built-in name and can't "
                                          f"name an op", item.span))
             else:
                 self.ops[item.name] = OpDefinition(item, self)

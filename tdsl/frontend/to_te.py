@@ -152,6 +152,9 @@ class Instantiation:
         for item in self.opdef.body:
             if isinstance(item, ast.Decl):
                 continue
+            if isinstance(item, ast.CallStage) and len(item.targets) == 1 and \
+                    self.resolve_op(item.call.func) is None:
+                item = ast.Stage(item.targets[0], (), item.call, item.span)
             targets = item.targets if isinstance(item, ast.CallStage) else (item.tensor,)
             for t in targets:
                 info = self.stages.get(t)
@@ -303,8 +306,10 @@ def bind_attrs(opdef: ast.OpDef, given: dict, check_only: bool, error_type) -> d
                 out[a.name] = v
                 continue
             out[a.name] = _attr_value(opdef, a, v, error_type)
+        elif isinstance(a.default, ast.Name) and isinstance(out.get(a.default.id), te.Expr):
+            out[a.name] = out[a.default.id]      # `stride: int = kernel` while checking
         elif a.default is not None:
-            v = const_value(a.default, {})
+            v = const_value(a.default, out)
             out[a.name] = _attr_value(opdef, a, v, CheckError, a.default.span)
         elif check_only:
             out[a.name] = te.Var(a.name, ATTR_KINDS[a.kind])
