@@ -72,6 +72,9 @@ def main(argv: list[str] | None = None) -> int:
     except TdslError as e:
         print(e.render(), file=sys.stderr)
         return 1
+    except BrokenPipeError:          # `tdsl ops std | head`
+        sys.stderr.close()
+        return 0
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
