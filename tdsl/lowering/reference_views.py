@@ -208,8 +208,10 @@ def gather(arr: np.ndarray, idx: list[np.ndarray], mask: np.ndarray | None) -> n
         return np.asarray(arr[tuple(idx)])
     live_bad = bad if mask is None else bad & mask
     if live_bad.any():
-        pos = tuple(int(p) for p in np.argwhere(live_bad)[0])
-        subs = tuple(int(np.broadcast_to(ix, live_bad.shape)[pos]) for ix in idx)
+        # Report the first bad element, on the shape spanned by every subscript.
+        full = np.broadcast_shapes(live_bad.shape, *(ix.shape for ix in idx))
+        pos = tuple(int(p) for p in np.argwhere(np.broadcast_to(live_bad, full))[0])
+        subs = tuple(int(np.broadcast_to(ix, full)[pos]) for ix in idx)
         raise OutOfRange(pos, subs)
     shape = np.broadcast_shapes(*(ix.shape for ix in idx))
     if arr.size == 0:            # every read is dead: any value will do
