@@ -7,11 +7,19 @@ from __future__ import annotations
 
 import numpy as np
 
-from .errors import CallError
+from .emit_c.kernel import build_kernel
+from .errors import BuildError, CallError, ScheduleError
 from .frontend import ast, unparse
 from .frontend.program import OpDefinition, Program, load_program, program_from_text, \
     std_program
+from .frontend.schedules import TARGETS, to_schedule
 from .lowering import te
+from .lowering.default_schedule import default_schedule
+from .lowering.intrinsics import INTRINSICS
+from .lowering.loop_ir import LoweredFunc
+from .lowering.lower import lower
+from .lowering.reference import evaluate
+from .lowering.schedule import Schedule
 
 
 class Op:
@@ -46,9 +54,68 @@ class Op:
         rank-generic ops)."""
         return self._def.instantiate(attrs, ranks, error_type=CallError)
 
+    # ---------------------------------------------------------------- schedules and builds
+
+    def schedule_names(self, target: str = "c") -> list[str]:
+        """Names of the schedule blocks written for this op and target."""
+        return list(self._schedule_defs(target))
+
+    def _schedule_defs(self, target: str) -> dict:
+        out = {}
+        for prog in (self._def.program, self.module.program):
+            for sdef in prog.schedules:
+                if sdef.op == self.name and TARGETS.get(sdef.target) == TARGETS.get(target):
+                    out.setdefault(sdef.name, sdef)
+        return out
+
+    def schedule(self, name: str | None = None, target: str = "c", ranks=None, shapes=None,
+                 **attrs) -> Schedule:
+        """The schedule called ``name`` (a block in the source), as a `Schedule` value that
+        Python code can extend with more primitives.
+
+        ``None`` picks the block named ``default`` when there is one, else the automatic
+        default schedule; ``"auto"`` is always the automatic one, ``"naive"`` no schedule.
+        """
+        fn = self.function(_ranks(self, ranks, shapes), **attrs)
+        defs = self._schedule_defs(target)
+        if name is None:
+            name = "default" if "default" in defs else "auto"
+        if name == "auto":
+            return default_schedule(fn)
+        if name == "naive":
+            return Schedule(fn)
+        if name not in defs:
+            raise ScheduleError(f"op {self.name} has no schedule '{name}' for {target}",
+                                hint=f"schedules: {', '.join(['auto', 'naive', *defs])}")
+        return to_schedule(defs[name], fn, INTRINSICS)
+
+    def lower(self, schedule=None, shapes: dict | None = None, config: dict | None = None,
+              target: str = "c", ranks=None, **attrs) -> LoweredFunc:
+        """The loop nest (print it to read it)."""
+        sched = self._resolve_schedule(schedule, target, ranks, shapes, attrs)
+        return lower(sched.fn, sched, config, shapes)
+
+    def build(self, target: str = "c", schedule=None, shapes: dict | None = None,
+              config: dict | None = None, flags=None, ranks=None, **attrs):
+        """Compile to a `Kernel` that takes and returns numpy arrays.
+
+        ``shapes`` fixes sizes at build time (``{"M": 64}``); sizes left out are read from
+        the arguments at each call. ``schedule`` is a name, a `Schedule`, or None (see
+        `schedule`); ``config`` fills its knobs (the defaults otherwise).
+        """
+        if TARGETS.get(target) != "c":
+            raise BuildError(f"target '{target}' is not available yet; targets: c")
+        func = self.lower(schedule, shapes, config, target, ranks, **attrs)
+        kwargs = {"flags": tuple(flags)} if flags else {}
+        return build_kernel(func, shapes=shapes, **kwargs)
+
+    def _resolve_schedule(self, schedule, target, ranks, shapes, attrs) -> Schedule:
+        if isinstance(schedule, Schedule):
+            return schedule
+        return self.schedule(schedule, target, ranks, shapes, **attrs)
+
     def reference(self, *arrays, **attrs):
         """Evaluate with numpy: an ndarray, or a tuple of them for several outputs."""
-        from .lowering.reference import evaluate
         ranks = [np.ndim(a) for a in arrays]
         fn = self.function(ranks, **attrs)
         outs = evaluate(fn, arrays)
@@ -89,6 +156,24 @@ class Module:
 
     def __repr__(self) -> str:
         return f"<tdsl.Module {self.name}: {len(self._ops)} ops>"
+
+
+def _ranks(op: Op, ranks, shapes) -> list[int] | None:
+    """Argument ranks for a rank-generic op: given, or implied by sizes ``S0, S1, ...``."""
+    if ranks is not None:
+        return [ranks] * len(op.ast.params) if isinstance(ranks, int) else list(ranks)
+    packs = [d.name for p in op.ast.params for d in p.type.dims or ()
+             if isinstance(d, ast.PackDim)]
+    if not packs:
+        return None
+    if shapes:
+        rank = sum(1 for k in shapes if k.startswith(packs[0]) and k[len(packs[0]):].isdigit())
+        if rank:
+            fixed = [len([d for d in p.type.dims or () if not isinstance(d, ast.PackDim)])
+                     for p in op.ast.params]
+            return [rank + f for f in fixed]
+    raise CallError(f"op {op.name} is rank-generic (*{packs[0]}): say which rank to build, "
+                    f"e.g. ranks=2, or give its sizes, e.g. shapes={{'{packs[0]}0': 8}}")
 
 
 def load(path) -> Module:

@@ -7,6 +7,9 @@ loads pointing at the caller's tensors, renamed ``T`` (the output) and ``T_<stag
 """
 from __future__ import annotations
 
+import difflib
+import random
+
 from ..errors import CheckError, TdslError
 from ..lowering import affine, te
 from . import ast
@@ -17,8 +20,11 @@ def splice_call(inst, st: ast.CallStage) -> None:
     call = st.call
     callee = inst.resolve_op(call.func)
     if callee is None:
+        close = difflib.get_close_matches(call.func, [*inst.op_names, *te.INTRINSICS], n=1)
         raise CheckError(f"unknown op '{call.func}'", call.span,
-                         hint="define it in this file or import the file that does")
+                         hint=f"did you mean '{close[0]}'?" if close else
+                         "define it in this file or import the file that does (import std "
+                         "for the standard library)")
     args = []
     for a in call.args:
         if not isinstance(a, ast.Name):
@@ -48,15 +54,18 @@ def splice_call(inst, st: ast.CallStage) -> None:
         raise CheckError(f"op {call.func} takes {len(fn.inputs)} arguments, got {len(args)}",
                          call.span)
     if len(st.targets) != len(fn.outputs):
-        raise CheckError(f"op {call.func} has {len(fn.outputs)} outputs but "
-                         f"{len(st.targets)} names are assigned", st.span)
+        n = len(st.targets)
+        raise CheckError(f"op {call.func} has {len(fn.outputs)} output"
+                         f"{'s' * (len(fn.outputs) != 1)} but {n} name"
+                         f"{' is' if n == 1 else 's are'} assigned", st.span)
     binding = _bind_sizes(fn, args, call)
-    renamed = _copy_stages(fn, args, binding, st.targets)
+    taken = {v.name for x in kwargs.values() if isinstance(x, te.Expr) for v in te.free_vars(x)}
+    renamed = _copy_stages(fn, args, binding, st.targets, taken)
     for target, out in zip(st.targets, fn.outputs):
         t = renamed[id(out)]
         info = inst.stages[target]
         if info.shape is not None:
-            _check_declared(info, t, call)
+            _check_declared(info, t, call, args)
         info.tensor, info.dtype, info.shape = t, t.dtype, t.shape
 
 
@@ -73,51 +82,153 @@ def _bind_sizes(fn: te.Function, args, call) -> dict[te.Var, te.Expr]:
         for d, (want, got) in enumerate(zip(p.shape, a.shape)):
             if isinstance(want, te.Var) and want not in binding:
                 binding[want] = got
+    valid = [s for a in args for s in a.shape]
     for pos, (p, a) in enumerate(zip(fn.inputs, args), 1):
         for d, (want, got) in enumerate(zip(p.shape, a.shape)):
             expect = te.substitute(want, binding)
-            if not affine.equal(expect, got) and _both_known(expect, got):
+            example = _differ(got, expect, valid)
+            if example is not None:
                 raise CheckError(f"argument {pos} of {call.func} ('{a.name}'): dimension {d} "
-                                 f"is {got} but {expect} is expected", call.args[pos - 1].span)
+                                 f"is {got} but {expect} is expected", call.args[pos - 1].span,
+                                 hint=_hint(example, got, expect))
     return binding
 
 
-def _both_known(a, b) -> bool:
-    """Only report a mismatch the checker can be sure of: two different constants, or
-    expressions in the same sizes that differ by a constant."""
+# Size values tried when two size expressions can't be shown equal or different by algebra.
+_RNG = random.Random(0)
+_SAMPLES = [(1,) * 8, (2,) * 8, (3, 5, 7, 11, 13, 17, 19, 23), (8, 6, 4, 2, 9, 7, 5, 3)] + [
+    tuple(_RNG.randint(1, 40) for _ in range(8)) for _ in range(40)]
+
+
+def _differ(a: te.Expr, b: te.Expr, valid=()) -> dict | None:
+    """Values of the sizes for which ``a`` and ``b`` are two different positive extents (and
+    every expression in ``valid`` is a positive extent too), or None if none was found.
+
+    Algebra (`affine`) settles sums and products; for the rest (``//``, ``%``, min, max) a
+    fixed set of sample values is tried, so two expressions equal for all sizes are never
+    reported, and ones that differ are found unless they agree on every sample.
+    """
     pa, pb = affine.from_expr(a), affine.from_expr(b)
-    return pa is not None and pb is not None and (pa - pb).is_const
+    if pa is not None and pb is not None and (pa - pb).is_const:
+        return None if (pa - pb).const == 0 else {}
+    names = sorted({v.name for e in (a, b) for v in te.free_vars(e)})
+    if len(names) > 8:
+        return None
+    for values in _SAMPLES:
+        env = dict(zip(names, values))
+        x, y = _eval(a, env), _eval(b, env)
+        if x is None or y is None or x < 1 or y < 1 or x == y:
+            continue
+        if all((v := _eval(e, env)) is None or v >= 1 for e in valid):
+            return env
+    return None
 
 
-def _copy_stages(fn: te.Function, args, binding, targets) -> dict[int, te.Tensor]:
+def _eval(e: te.Expr, env: dict) -> int | None:
+    """The value of an integer size expression, or None (unknown variable, division by 0,
+    or an expression that is not integer arithmetic)."""
+    match e:
+        case te.Const(value, dtype) if dtype not in ("f32", "f64", "bool"):
+            return int(value)
+        case te.Var(name):
+            return env.get(name)
+        case te.Cast(x, dtype) if dtype not in ("f32", "f64", "bool"):
+            return _eval(x, env) if x.dtype not in ("f32", "f64", "bool") else None
+        case te.Unary("-", x):
+            v = _eval(x, env)
+            return None if v is None else -v
+        case te.Binary(op, x, y) | te.Intrinsic(op, (x, y)):
+            u, v = _eval(x, env), _eval(y, env)
+            if u is None or v is None or (op in ("//", "%") and v == 0):
+                return None
+            f = {"+": int.__add__, "-": int.__sub__, "*": int.__mul__, "//": int.__floordiv__,
+                 "%": int.__mod__, "min": min, "max": max}.get(op)
+            return None if f is None else f(u, v)
+    return None
+
+
+def _hint(example: dict, a, b) -> str | None:
+    if not example:
+        return None
+    where = ", ".join(f"{k} = {v}" for k, v in example.items())
+    return f"they differ, e.g. with {where}: {_eval(a, example)} and {_eval(b, example)}"
+
+
+def _copy_stages(fn: te.Function, args, binding, targets, taken=()) -> dict[int, te.Tensor]:
+    """Copies of the callee's stages reading the caller's tensors and sizes.
+
+    The callee's index variables are renamed where they meet a name of the caller's
+    (``taken``: its sizes and symbolic attributes), since variables are equal by name.
+    """
     mapping: dict[int, te.Tensor] = {id(p): a for p, a in zip(fn.inputs, args)}
     out_names = {id(o): t for o, t in zip(fn.outputs, targets)}
     prefix = targets[0]
+    rename = _index_renames(fn, set(taken) | {v.name for e in binding.values()
+                                              for v in te.free_vars(e)})
 
     def post(e):
         if isinstance(e, te.Var) and e in binding:
             return binding[e]
+        if isinstance(e, te.Var) and e.name in rename:
+            return te.Var(rename[e.name], e.dtype)
+        if isinstance(e, te.Reduce) and any(ax.var.name in rename for ax in e.axes):
+            return te.Reduce(e.combiner, e.body, tuple(_renamed(ax, rename) for ax in e.axes),
+                             e.dtype)
         if isinstance(e, te.Load) and id(e.tensor) in mapping:
             return te.Load(mapping[id(e.tensor)], e.indices, e.dtype)
         return None
 
     for t in fn.stages():
         name = out_names.get(id(t), f"{prefix}_{t.name}")
-        axes = tuple(te.IterVar(ax.var, te.rewrite(ax.extent, post), ax.kind)
-                     for ax in t.op.axes)
+        # sizes in normal form: `(H + 2 * 1 - 3) // 2 + 1` reads `(H - 1) // 2 + 1`
+        axes = tuple(_renamed(te.IterVar(ax.var, affine.simplify(te.rewrite(ax.extent, post)),
+                                         ax.kind), rename) for ax in t.op.axes)
         body = te.rewrite(t.op.body, post)
-        shape = tuple(te.rewrite(s, post) for s in t.shape)
+        shape = tuple(affine.simplify(te.rewrite(s, post)) for s in t.shape)
         mapping[id(t)] = te.Tensor(name, shape, t.dtype, te.Compute(axes, body))
     return mapping
 
 
-def _check_declared(info, t: te.Tensor, call):
+def _index_renames(fn: te.Function, taken: set[str]) -> dict[str, str]:
+    """New names for the callee's index variables that are in ``taken``."""
+    index, used = set(), set(taken)
+    for t in fn.stages():
+        index.update(ax.var.name for ax in t.op.axes)
+        for e in te.walk(t.op.body):
+            if isinstance(e, te.Reduce):
+                index.update(ax.var.name for ax in e.axes)
+            elif isinstance(e, te.Var):
+                used.add(e.name)
+    used |= index
+    rename = {}
+    for n in sorted(index & set(taken)):
+        k = 1
+        while f"{n}{k}" in used:
+            k += 1
+        rename[n] = f"{n}{k}"
+        used.add(rename[n])
+    return rename
+
+
+def _renamed(ax: te.IterVar, rename: dict) -> te.IterVar:
+    if ax.var.name not in rename:
+        return ax
+    return te.IterVar(te.Var(rename[ax.var.name], ax.var.dtype), ax.extent, ax.kind)
+
+
+def _check_declared(info, t: te.Tensor, call, args):
     if info.dtype != t.dtype:
         raise CheckError(f"'{info.name}' is declared {info.dtype} but {call.func} returns "
                          f"{t.dtype}", call.span)
-    if len(info.shape) != t.ndim or not all(
-            affine.equal(a, b) or not _both_known(a, b) for a, b in zip(info.shape, t.shape)):
-        shape = ", ".join(map(str, t.shape))
-        raise CheckError(f"'{info.name}' is declared with shape "
-                         f"[{', '.join(map(str, info.shape))}] but {call.func} returns "
-                         f"[{shape}]", call.span)
+    shape = ", ".join(map(str, t.shape))
+    declared = ", ".join(map(str, info.shape))
+    if len(info.shape) != t.ndim:
+        raise CheckError(f"'{info.name}' is declared with shape [{declared}] but "
+                         f"{call.func} returns [{shape}]", call.span)
+    for d, (a, b) in enumerate(zip(info.shape, t.shape)):
+        example = _differ(a, b, [s for arg in args for s in arg.shape])
+        if example is not None:
+            raise CheckError(f"'{info.name}' is declared with shape [{declared}] but "
+                             f"{call.func} returns [{shape}]", call.span,
+                             hint=f"dimension {d}: " + (_hint(example, a, b) or
+                                                        f"{a} is not {b}"))

@@ -41,7 +41,15 @@ def const_value(node, attrs: dict):
             return attrs[n]
         case ast.Name(n) if n in CONSTANTS:
             return CONSTANTS[n]
-    raise CheckError("expected a constant (a number, true or false)", getattr(node, "span", None))
+        case ast.Name(n) if n in attrs:
+            raise CheckError(f"'{n}' has no value here: it is an attribute without a default",
+                             node.span)
+        case ast.Name(n):
+            raise CheckError(f"'{n}' is not a constant", node.span,
+                             hint="a default is a number, true, false, inf, pi, or the name "
+                                  "of an earlier attribute")
+    raise CheckError("expected a constant (a number, true, false, inf, pi, or the name of an "
+                     "earlier attribute)", getattr(node, "span", None))
 
 
 class ExprConverter:
@@ -63,9 +71,9 @@ class ExprConverter:
                 return self.scope.shape_vars[n]
             case ast.Name(n) if n in self.scope.attrs:
                 v = self.scope.attrs[n]
-                if isinstance(v, te.Expr):
-                    return v if v.dtype == INDEX else self._bad_size(node)
-                if isinstance(v, bool) or not isinstance(v, int):
+                if isinstance(v, te.Expr) and v.dtype == INDEX:
+                    return v
+                if isinstance(v, (bool, te.Expr)) or not isinstance(v, int):
                     raise CheckError(f"attribute '{n}' is not an int and can't be a size",
                                      node.span)
                 return te.Const(v, INDEX)
@@ -147,18 +155,24 @@ class ExprConverter:
         names = [*s.index_vars, *s.attrs, *s.shape_vars, *CONSTANTS]
         if self.inst is not None:
             names += list(self.inst.stages)
-        close = difflib.get_close_matches(n, names, n=1)
+        close = difflib.get_close_matches(n, [m for m in names if m != n], n=1)
         return CheckError(f"unknown name '{n}'", span,
                           hint=f"did you mean '{close[0]}'?" if close else None)
 
     def _Index(self, node: ast.Index) -> Typed:
         t = self.scope.tensor(node.tensor, node.span)
         if t is None:
+            n, s = node.tensor, self.scope
+            what = "an index" if n in s.index_vars else "an attribute" if n in s.attrs else \
+                "a size" if n in s.shape_vars else None
+            if what is not None:
+                raise CheckError(f"'{n}' is {what}, not a tensor, and can't be indexed",
+                                 node.span)
             raise self._unknown(node.tensor, node.span)
         subs = self._expand(node.indices)
         if len(subs) != t.ndim:
             raise CheckError(f"'{t.name}' has rank {t.ndim} but is indexed with {len(subs)} "
-                             f"subscripts", node.span)
+                             f"subscript{'s' * (len(subs) != 1)}", node.span)
         idx = tuple(self.index(x) for x in subs)
         for d, (e, sub) in enumerate(zip(idx, subs)):
             self._check_in_bounds(t, d, e, getattr(sub, "span", None) or node.span)

@@ -7,7 +7,8 @@ import functools
 from pathlib import Path
 
 from lark import Lark, Token, Transformer, v_args
-from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
+from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, \
+    UnexpectedToken, VisitError
 
 from ..errors import ParseError, Source, Span
 from . import ast
@@ -28,7 +29,55 @@ def parse(text: str, filename: str = "<string>") -> ast.Module:
         tree = _parser().parse(text)
     except UnexpectedInput as e:
         raise _syntax_error(e, source) from None
-    return _ToAst(source).transform(tree)
+    try:
+        module = _ToAst(source).transform(tree)
+    except VisitError as e:
+        # Lark wraps what a Transformer method raises; ours are ParseErrors
+        if isinstance(e.orig_exc, ParseError):
+            raise e.orig_exc from None
+        if isinstance(e.orig_exc, RecursionError):
+            raise _too_deep(tree, source) from None
+        raise
+    except RecursionError:
+        raise _too_deep(tree, source) from None
+    _check_depth(module)
+    return module
+
+
+# Nesting deeper than this is reported, not built (the checker's recursion would overflow).
+MAX_DEPTH = 200
+
+
+def _too_deep(tree, source: Source) -> ParseError:
+    """The error for an expression nested too deeply, at its deepest point found."""
+    stack, where = [(tree, 0)], None
+    while stack:
+        node, depth = stack.pop()
+        if not hasattr(node, "children"):
+            continue
+        if depth > MAX_DEPTH and not getattr(node.meta, "empty", True):
+            where = Span(source, node.meta.line, node.meta.column, node.meta.line,
+                         node.meta.column + 1)
+            break
+        stack.extend((c, depth + 1) for c in node.children)
+    return ParseError(f"expression nested too deeply (more than {MAX_DEPTH} levels)", where,
+                      "split it into several stages")
+
+
+def _check_depth(module: ast.Module):
+    """Every later phase recurses over expressions; refuse ones nested past MAX_DEPTH."""
+    stack = [(module, 0)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise ParseError(f"expression nested too deeply (more than {MAX_DEPTH} levels)",
+                             getattr(node, "span", None), "split it into several stages")
+        for value in vars(node).values():
+            for x in (value if isinstance(value, tuple) else (value,)):
+                if isinstance(x, tuple):             # keyword arguments: (name, node)
+                    stack.extend((y, depth + 1) for y in x if isinstance(y, ast.Node))
+                elif isinstance(x, ast.Node):
+                    stack.append((x, depth + 1))
 
 
 # ---------------------------------------------------------------------------- syntax errors
@@ -46,7 +95,9 @@ def _describe(terminal: str) -> str:
 
 
 def _expected(terminals) -> str:
-    words = sorted({_describe(t) for t in terminals})
+    # closing brackets first: when many tokens could follow, they are the likely fix
+    words = sorted({_describe(t) for t in terminals},
+                   key=lambda w: (w not in ("'}'", "')'", "']'"), w))
     if not words:
         return ""
     if len(words) > 8:
@@ -159,8 +210,7 @@ class _ToAst(Transformer):
 
     def assign(self, meta, c):
         name, indices, expr = c
-        if isinstance(expr, ast.Call) and indices is None and \
-                all(isinstance(a, ast.Name) for a in expr.args):
+        if isinstance(expr, ast.Call) and indices is None:
             # `T = f(X, Y)`: an op call, or (when f is no op) a rank-0 stage; the checker
             # decides, since only it knows which ops are in scope
             return ast.CallStage((str(name),), expr, self._span(meta))

@@ -33,25 +33,29 @@ class OpDefinition:
         return self.ast.name
 
     def instantiate(self, attrs: dict | None = None, ranks: list[int] | None = None,
-                    check_only: bool = False, error_type=CheckError) -> te.Function:
+                    check_only: bool = False, error_type=CheckError, at=None) -> te.Function:
+        """``at``: the span of the call being checked, when a caller's source calls this op
+        (mistakes in the call are reported there)."""
         pack = pack_rank_for(self.ast, ranks) if ranks and uses_pack(self.ast) else (
             CHECK_PACK_RANK if uses_pack(self.ast) else 0)
-        values = bind_attrs(self.ast, dict(attrs or {}), check_only, error_type)
+        values = bind_attrs(self.ast, dict(attrs or {}), check_only, error_type, at)
         key = (tuple(sorted(values.items(), key=lambda kv: kv[0])), pack)
         if key not in self._cache:
             active = self.program.instantiating
             if self.name in active:
                 chain = " -> ".join([*active, self.name])
-                raise CheckError(f"op {self.name} calls itself: {chain}", self.ast.span)
+                raise CheckError(f"op {self.name} calls itself: {chain}", at or self.ast.span,
+                                 hint="ops can't be recursive")
             active.append(self.name)
             try:
-                self._cache[key] = instantiate(self.ast, self.program.resolve_op, values, pack)
+                self._cache[key] = instantiate(self.ast, self.program.resolve_op, values, pack,
+                                               tuple(self.program.all_ops()))
             finally:
                 active.pop()
         return self._cache[key]
 
     def instantiate_for_call(self, kwargs: dict, ranks: list[int], span) -> te.Function:
-        return self.instantiate(kwargs, ranks)
+        return self.instantiate(kwargs, ranks, at=span)
 
 
 class Program:
@@ -63,11 +67,17 @@ class Program:
         self.graphs: dict[str, ast.GraphDef] = {}
         self.instantiating: list[str] = []
         errors: list[TdslError] = []
+        import_failed = False
         for item in module.items:
             try:
                 self._add(item, errors, loading)
             except TdslError as e:
-                errors.append(e)
+                errors.extend(e.errors if isinstance(e, ErrorList) else [e])
+                import_failed = import_failed or isinstance(item, ast.Import)
+        if import_failed:
+            # an import failed: this file's ops may use what it would have defined, so
+            # checking them now would only report the same mistake again as unknown ops
+            raise errors[0] if len(errors) == 1 else ErrorList(_dedupe(errors))
         for op in self.ops.values():
             try:
                 op.instantiate(check_only=True)
@@ -128,20 +138,26 @@ def _load_import(item: ast.Import, importer: Path | None, loading) -> Program:
         return std_program()
     base = importer.parent if importer else Path.cwd()
     path = (base / item.target).resolve()
-    if not path.exists():
-        raise CheckError(f"can't import '{item.target}': no file {path}", item.span)
+    if not path.is_file():
+        raise CheckError(f"can't import '{item.target}': no file {path}", item.span,
+                         hint="a path is relative to the importing file; the standard "
+                              "library is `import std`" if item.target != "std" else None)
     if path in loading:
         raise CheckError(f"import cycle: {' -> '.join(p.name for p in (*loading, path))}",
                          item.span)
-    return load_program(path, loading)
+    return load_program(path, loading, item.span)
 
 
-def load_program(path, loading: tuple = ()) -> Program:
+def load_program(path, loading: tuple = (), span=None) -> Program:
+    """``span``: where the file is imported, for an error reading it."""
     path = Path(path).resolve()
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except OSError as e:
-        raise TdslError(f"can't read {path}: {e.strerror}") from None
+        raise CheckError(f"can't read {path}: {e.strerror}", span) from None
+    except UnicodeDecodeError as e:
+        raise CheckError(f"can't read {path}: not UTF-8 text (byte {e.object[e.start]:#04x} "
+                         f"at offset {e.start})", span) from None
     return Program(parse(text, str(path)), path, (*loading, path))
 
 

@@ -17,6 +17,7 @@ from .calls import splice_call
 from .exprs import ExprConverter, Scope, const_value
 
 ATTR_KINDS = {"int": INDEX, "float": "f32", "bool": "bool"}
+_BUILTIN_FUNCS = {*te.INTRINSICS, *DTYPES, "select"}
 
 
 @dataclass
@@ -37,6 +38,7 @@ class Instantiation:
     resolve_op: object                     # name -> callee with .instantiate(...), or None
     attrs: dict
     pack_rank: int
+    op_names: tuple = ()                   # the ops in scope, for did-you-mean hints
     errors: list = field(default_factory=list)
     shape_vars: dict = field(default_factory=dict)
     positive: set = field(default_factory=set)
@@ -48,6 +50,13 @@ class Instantiation:
 
     def run(self) -> te.Function:
         op = self.opdef
+        seen = {}
+        for a in op.attrs:
+            if a.name in seen:
+                self.errors.append(CheckError(f"attribute '{a.name}' is defined twice", a.span,
+                                              hint=f"the first definition is at "
+                                                   f"{seen[a.name].span}"))
+            seen.setdefault(a.name, a)
         for p in op.params:
             self._declare(p.name, p.type, p.span, "param", introduce=True)
         self._check_inferable()
@@ -82,21 +91,29 @@ class Instantiation:
                      self.positive, self.pack_rank)
 
     def _declare(self, name, ttype: ast.TensorType, span, kind, introduce=False):
+        clash = None
         if name in self.stages:
-            self.errors.append(CheckError(f"'{name}' is defined twice", span,
-                                          hint=f"the first definition is at "
-                                               f"{self.stages[name].span}"))
+            clash = CheckError(f"'{name}' is defined twice", span,
+                               hint=f"the first definition is at {self.stages[name].span}")
+        elif name in self.attrs:
+            clash = CheckError(f"'{name}' is already an attribute of {self.opdef.name}", span)
+        if clash is not None:
+            self.errors.append(clash)
+            self._safe(lambda: self._dims(ttype, introduce))    # still introduce its sizes
             return
-        if name in self.attrs:
-            self.errors.append(CheckError(f"'{name}' is already an attribute of "
-                                          f"{self.opdef.name}", span))
-            return
+        broken = False
         try:
             dtype = _dtype(ttype)
+        except CheckError as e:
+            self.errors.append(e)
+            dtype, broken = "f32", True
+        try:
+            # even with a bad dtype, so the sizes it names are known to later shapes
             shape = self._dims(ttype, introduce)
         except CheckError as e:
             self.errors.append(e)
-            dtype, shape = "f32", None
+            shape, broken = None, True
+        if broken:
             kind = "broken"
         self.stages[name] = StageInfo(name, dtype, shape, span, kind)
         if kind == "param":
@@ -123,10 +140,11 @@ class Instantiation:
             if not introduce:
                 raise CheckError(f"unknown size '{name}'", span,
                                  hint="sizes are named in the input parameters' shapes")
-            if name in DTYPES or name in te.INTRINSICS:
-                raise CheckError(f"'{name}' is a reserved name and can't name a size", span)
             self.shape_vars[name] = te.Var(name, INDEX)
             self.positive.add(name)
+            if name in DTYPES or name in te.INTRINSICS:
+                # (known from now on, so later uses are not reported as unknown sizes)
+                raise CheckError(f"'{name}' is a reserved name and can't name a size", span)
         return self.shape_vars[name]
 
     def _check_inferable(self):
@@ -153,7 +171,10 @@ class Instantiation:
             if isinstance(item, ast.Decl):
                 continue
             if isinstance(item, ast.CallStage) and len(item.targets) == 1 and \
-                    self.resolve_op(item.call.func) is None:
+                    self.resolve_op(item.call.func) is None and \
+                    item.call.func in _BUILTIN_FUNCS:
+                # `s = exp(x)`: a rank-0 stage (an unknown callee stays an op call, so it is
+                # reported as an unknown op, not as a rank mismatch)
                 item = ast.Stage(item.targets[0], (), item.call, item.span)
             targets = item.targets if isinstance(item, ast.CallStage) else (item.tensor,)
             for t in targets:
@@ -167,6 +188,8 @@ class Instantiation:
                             f"'{t}' is not declared", item.span,
                             hint=f"declare it first, e.g. `{t}: f32[...]`, or make it an "
                                  f"output"))
+                        # its uses are not reported again as unknown names
+                        self.stages[t] = StageInfo(t, "f32", None, item.span, "broken")
                         continue
                 if info.kind == "param":
                     self.errors.append(CheckError(f"'{t}' is an input and can't be assigned",
@@ -287,14 +310,20 @@ def _error_list(errors):
 
 # ---------------------------------------------------------------------------- attributes
 
-def bind_attrs(opdef: ast.OpDef, given: dict, check_only: bool, error_type) -> dict:
-    """Attribute values for an instantiation: given > default > (checking only) symbolic."""
+def bind_attrs(opdef: ast.OpDef, given: dict, check_only: bool, error_type,
+               at: Span | None = None) -> dict:
+    """Attribute values for an instantiation: given > default > (checking only) symbolic.
+
+    Mistakes in ``given`` are reported at ``at`` (the call in a caller's source) when given,
+    else at the op's definition.
+    """
     known = {a.name: a for a in opdef.attrs}
+    where = None if at is None else f"{opdef.name} is defined at {opdef.span}"
     for k in given:
         if k not in known:
             names = ", ".join(known) or "none"
             raise error_type(f"op {opdef.name} has no attribute '{k}' (its attributes: "
-                             f"{names})", opdef.span)
+                             f"{names})", at or opdef.span, where)
     out = {}
     for a in opdef.attrs:
         if a.kind not in ATTR_KINDS:
@@ -303,9 +332,14 @@ def bind_attrs(opdef: ast.OpDef, given: dict, check_only: bool, error_type) -> d
         if a.name in given:
             v = given[a.name]
             if isinstance(v, te.Expr):           # symbolic, from a caller being checked
+                if v.dtype != ATTR_KINDS[a.kind] and not (
+                        a.kind == "float" and v.dtype == ATTR_KINDS["int"]):
+                    kind = {k: n for n, k in ATTR_KINDS.items()}.get(v.dtype, v.dtype)
+                    raise error_type(f"attribute '{a.name}' of op {opdef.name} is {a.kind}, "
+                                     f"got the {kind} attribute '{v}'", at or a.span, where)
                 out[a.name] = v
                 continue
-            out[a.name] = _attr_value(opdef, a, v, error_type)
+            out[a.name] = _attr_value(opdef, a, v, error_type, at, where)
         elif isinstance(a.default, ast.Name) and isinstance(out.get(a.default.id), te.Expr):
             out[a.name] = out[a.default.id]      # `stride: int = kernel` while checking
         elif a.default is not None:
@@ -315,24 +349,25 @@ def bind_attrs(opdef: ast.OpDef, given: dict, check_only: bool, error_type) -> d
             out[a.name] = te.Var(a.name, ATTR_KINDS[a.kind])
         else:
             raise error_type(f"op {opdef.name} needs attribute '{a.name}' ({a.kind})",
-                             opdef.span)
+                             at or opdef.span, where)
     return out
 
 
-def _attr_value(opdef, a: ast.Attr, v, error_type, span=None):
+def _attr_value(opdef, a: ast.Attr, v, error_type, span=None, hint=None):
     ok = {"int": isinstance(v, int) and not isinstance(v, bool),
           "float": isinstance(v, (int, float)) and not isinstance(v, bool),
           "bool": isinstance(v, bool)}[a.kind]
-    if hasattr(v, "item") and not ok:            # numpy scalars
-        return _attr_value(opdef, a, v.item(), error_type, span)
+    if hasattr(v, "item") and getattr(v, "size", 1) == 1 and not ok:     # numpy scalars
+        return _attr_value(opdef, a, v.item(), error_type, span, hint)
     if not ok:
         raise error_type(f"attribute '{a.name}' of op {opdef.name} is {a.kind}, got "
-                         f"{v!r}", span or a.span)
+                         f"{v!r}", span or a.span, hint)
     return float(v) if a.kind == "float" else v
 
 
-def instantiate(opdef: ast.OpDef, resolve_op, attrs: dict, pack_rank: int) -> te.Function:
-    return Instantiation(opdef, resolve_op, attrs, pack_rank).run()
+def instantiate(opdef: ast.OpDef, resolve_op, attrs: dict, pack_rank: int,
+                op_names: tuple = ()) -> te.Function:
+    return Instantiation(opdef, resolve_op, attrs, pack_rank, op_names).run()
 
 
 def uses_pack(opdef: ast.OpDef) -> bool:

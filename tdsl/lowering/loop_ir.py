@@ -10,6 +10,7 @@ exactly one (the flat offset in elements).
 """
 from __future__ import annotations
 
+import dataclasses
 import enum
 from dataclasses import dataclass, field
 
@@ -175,3 +176,56 @@ class LoweredFunc:
     def __str__(self) -> str:
         from .loop_printer import format_func
         return format_func(self)
+
+
+# ---------------------------------------------------------------------------- traversal
+
+def rewrite_stmt(node: Stmt, pre=None, post=None, expr=None) -> Stmt:
+    """Rebuild a statement tree, TVM ``ir_transform`` style.
+
+    ``pre(s)`` may return a replacement, which is used as is (no recursion into it);
+    otherwise the children are rebuilt, ``expr(e)`` maps every expression field (default:
+    keep), and ``post(s)`` may return a replacement of the rebuilt node. A node is rebuilt
+    only when a child changed, so unchanged subtrees stay shared (and ``==`` holds).
+    """
+    if pre is not None:
+        out = pre(node)
+        if out is not None:
+            return out
+    changes = {}
+    for f in dataclasses.fields(node):
+        v = getattr(node, f.name)
+        nv = _rewrite_field(v, pre, post, expr)
+        if nv is not v:
+            changes[f.name] = nv
+    node = dataclasses.replace(node, **changes) if changes else node
+    if post is not None:
+        out = post(node)
+        if out is not None:
+            return out
+    return node
+
+
+def _rewrite_field(v, pre, post, expr):
+    if isinstance(v, Stmt):
+        return rewrite_stmt(v, pre, post, expr)
+    if isinstance(v, Expr):
+        return v if expr is None else expr(v)
+    if isinstance(v, tuple) and v and isinstance(v[0], (Stmt, Expr)):
+        nv = tuple(_rewrite_field(x, pre, post, expr) for x in v)
+        return v if all(a is b for a, b in zip(nv, v)) else nv
+    return v
+
+
+def walk_stmt(node: Stmt):
+    """Pre-order iterator over the statements of a tree (expressions not entered)."""
+    stack = [node]
+    while stack:
+        s = stack.pop()
+        yield s
+        for f in reversed(dataclasses.fields(s)):
+            v = getattr(s, f.name)
+            if isinstance(v, Stmt):
+                stack.append(v)
+            elif isinstance(v, tuple):
+                stack.extend(x for x in reversed(v) if isinstance(x, Stmt))

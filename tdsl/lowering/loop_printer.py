@@ -52,7 +52,7 @@ def _format_arg(a) -> str:
 def _subscript(name: str, indices) -> str:
     if not indices:
         return name
-    return f"{name}[{', '.join(_format_te(i) for i in indices)}]"
+    return f"{name}[{', '.join(format_expr(i) for i in indices)}]"
 
 
 def _buffer_type(b) -> str:

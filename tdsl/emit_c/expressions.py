@@ -1,0 +1,236 @@
+"""Expressions of the loop IR as C-family text, with the fewest parentheses C needs.
+
+Each ``visit_<Node>`` returns ``(text, precedence)``; `CExpressionPrinter.expr` puts a
+child in parentheses only when it binds looser than its place requires. Binary operators
+are left-associative, so the right operand of ``-`` at equal precedence keeps them:
+``a - (b - c)``, ``(a + b) * c``, ``a / (b * c)``. Float operations are never reassociated.
+
+Semantics kept from the tensor-expression IR: ``//`` and ``%`` floor (see `helpers`);
+integer ``/`` means ``//``; narrow integer results are cast back to their type, since C
+computes ``i8 + i8`` in ``int`` and numpy wraps; a ``Select`` evaluates only the branch
+it takes.
+"""
+from __future__ import annotations
+
+import math
+
+from ..errors import BuildError
+from ..lowering import te
+from ..lowering.dtypes import is_float, to_c
+from ..lowering.loop_ir import Buffer, BufferLoad, Ramp, split_dtype
+from .helpers import Helpers
+from .lanes import LaneOf, contiguous_base, flat_offset, lanes_of
+from .names import C_KEYWORDS, LIBRARY_NAMES, Namer
+
+# C precedence, higher binds tighter (pycparser's precedence_map).
+PRECEDENCE = {"||": 4, "&&": 5, "==": 9, "!=": 9, "<": 10, "<=": 10, ">": 10, ">=": 10,
+              "+": 12, "-": 12, "*": 13, "/": 13, "%": 13}
+TERNARY, MULTIPLICATIVE, UNARY, POSTFIX, ATOM = 3, 13, 14, 15, 16
+C_OPS = {"and": "&&", "or": "||"}
+NARROW_INTS = ("i8", "i16", "u8")
+
+
+class CExpressionPrinter:
+    """Expression half of `CFamilyPrinter`: the hooks a language overrides for expressions,
+    and one visit method per expression node."""
+    language = "C"
+    helper_qualifier = "static inline"
+    reserved = C_KEYWORDS | LIBRARY_NAMES
+
+    def __init__(self, func_name: str):
+        self.func_name = func_name
+        self.helpers = Helpers(self.helper_qualifier)
+        self.namer = Namer(self.reserved)
+        self.nonneg: set[te.Var] = set()       # variables known to be >= 0
+        self.by_value: set[int] = set()        # ids of rank-0 buffers passed by value
+
+    # ------------------------------------------------------------ hooks
+    def vector_type(self, dtype: str) -> str | None:
+        """The language's type for a vector dtype, or None to print it lane by lane."""
+        return None
+
+    def vector_load(self, dtype: str, address: str) -> str:
+        raise BuildError(f"the {self.language} backend has no vector loads")
+
+    def vector_store(self, dtype: str, address: str, value: str) -> str:
+        raise BuildError(f"the {self.language} backend has no vector stores")
+
+    def broadcast(self, dtype: str, value: str) -> str:
+        raise BuildError(f"the {self.language} backend has no vector broadcast")
+
+    def math_function(self, name: str, dtype: str) -> str:
+        """C99 spells the f32 variants with an ``f`` suffix; ``round`` is ``rint`` because
+        numpy rounds half to even (``roundf`` rounds half away from zero)."""
+        base = {"abs": "fabs", "round": "rint"}.get(name, name)
+        return base + ("f" if dtype == "f32" else "")
+
+    # ------------------------------------------------------------ entry point
+    def expr(self, e: te.Expr, min_prec: int = 0) -> str:
+        """``e`` as C text, parenthesized if it binds looser than ``min_prec``."""
+        text, prec = self._dispatch(e)(e)
+        return f"({text})" if prec < min_prec else text
+
+    def _dispatch(self, node):
+        method = getattr(self, "visit_" + type(node).__name__, None)
+        if method is None:
+            raise BuildError(f"the {self.language} backend cannot print "
+                             f"{type(node).__name__} nodes",
+                             hint="tensor-level nodes (Load, Reduce) must be lowered first")
+        return method
+
+    # ------------------------------------------------------------ visitors
+    def visit_Var(self, e: te.Var):
+        name = self.namer.lookup(e)
+        if name is None:
+            raise BuildError(f"variable {e.name} is used in {self.func_name} but never bound",
+                             hint="free sizes must be listed in the function's shape_vars")
+        return name, ATOM
+
+    def visit_LaneOf(self, e: LaneOf):
+        return f"{self.expr(e.vector, POSTFIX)}[{self.expr(e.lane)}]", POSTFIX
+
+    def visit_Const(self, e: te.Const):
+        return c_literal(e.value, e.dtype)
+
+    def visit_Binary(self, e: te.Binary):
+        scalar, lanes = split_dtype(e.dtype)
+        if e.op in ("//", "%") or (e.op == "/" and not is_float(scalar)):
+            return self.division(e, scalar)
+        prec = PRECEDENCE[e.op]
+        left = self.expr(e.a, prec)
+        if scalar == "i64" and lanes == 1 and _constant_only(e.a) and _constant_only(e.b):
+            left = f"(int64_t){self.expr(e.a, UNARY)}"    # int literals would multiply in int
+        return self._wrap(f"{left} {e.op} {self.expr(e.b, prec + 1)}", prec, e.dtype)
+
+    def division(self, e: te.Binary, scalar: str):
+        """Floor ``//`` and ``%``; the plain C operators where they agree, which is for a
+        non-negative dividend and a positive constant divisor."""
+        op = "%" if e.op == "%" else "/"
+        if not is_float(scalar) and self.is_nonneg(e.a) and \
+                isinstance(e.b, te.Const) and e.b.value > 0:
+            text = f"{self.expr(e.a, MULTIPLICATIVE)} {op} {self.expr(e.b, UNARY)}"
+            return text, MULTIPLICATIVE
+        helper = self.helpers.floor_div(scalar, "mod" if op == "%" else "div")
+        text = f"{helper}({self.expr(e.a)}, {self.expr(e.b)})"
+        if scalar in ("f32", "f64", "i64"):
+            return text, POSTFIX
+        return f"({to_c(scalar)}){text}", UNARY     # the i64 result wraps into the type
+
+    def visit_Unary(self, e: te.Unary):
+        if e.op == "not":
+            return f"!{self.expr(e.a, UNARY)}", UNARY
+        operand = self.expr(e.a, UNARY)
+        if operand.startswith("-"):
+            operand = f"({operand})"        # "-(-x)", never "--x"
+        return self._wrap(f"-{operand}", UNARY, e.dtype)
+
+    def visit_Compare(self, e: te.Compare):
+        prec = PRECEDENCE[e.op]
+        return f"{self.expr(e.a, prec)} {e.op} {self.expr(e.b, prec + 1)}", prec
+
+    def visit_Logical(self, e: te.Logical):
+        op = C_OPS[e.op]
+        prec = PRECEDENCE[op]
+        return f"{self.expr(e.a, prec)} {op} {self.expr(e.b, prec + 1)}", prec
+
+    def visit_Select(self, e: te.Select):
+        assert lanes_of(e) == 1, "vector selects print lane by lane"
+        return (f"{self.expr(e.cond, TERNARY + 1)} ? {self.expr(e.t)} : "
+                f"{self.expr(e.f, TERNARY)}"), TERNARY
+
+    def visit_Cast(self, e: te.Cast):
+        if e.a.dtype == e.dtype:
+            return self._dispatch(e.a)(e.a)
+        return f"({to_c(e.dtype)}){self.expr(e.a, UNARY)}", UNARY
+
+    def visit_Intrinsic(self, e: te.Intrinsic):
+        dtype, name = e.dtype, e.name
+        args = [self.expr(a) for a in e.args]
+        if name in ("min", "max"):
+            return f"{self.helpers.min_max(dtype, name)}({args[0]}, {args[1]})", POSTFIX
+        if name == "abs" and not is_float(dtype):
+            return f"{self.helpers.abs_int(dtype)}({args[0]})", POSTFIX
+        if not is_float(dtype):
+            raise BuildError(f"{name} needs a float argument, got {dtype}",
+                             hint=f"cast the argument: {name}(f32(x))")
+        if name == "sigmoid":
+            return f"{self.helpers.sigmoid(dtype)}({args[0]})", POSTFIX
+        if name == "rsqrt":
+            one = c_literal(1.0, dtype)[0]
+            return f"{one} / {self.math_function('sqrt', dtype)}({args[0]})", MULTIPLICATIVE
+        return f"{self.math_function(name, dtype)}({', '.join(args)})", POSTFIX
+
+    def visit_BufferLoad(self, e: BufferLoad):
+        if lanes_of(e) == 1:
+            return self.element(e.buffer, e.indices), POSTFIX
+        base = contiguous_base(e.buffer, e.indices)
+        assert base is not None, "non-contiguous vector loads print lane by lane"
+        address = f"&{self.buffer_name(e.buffer)}[{self.expr(base)}]"
+        return self.vector_load(e.dtype, address), POSTFIX
+
+    def visit_Broadcast(self, e):
+        return self.broadcast(e.dtype, self.expr(e.value)), POSTFIX
+
+    def visit_Ramp(self, e: Ramp):
+        raise AssertionError("a ramp value prints lane by lane")
+
+    def visit_Call(self, e):
+        args = [self.buffer_name(a) if isinstance(a, Buffer) else self.expr(a) for a in e.args]
+        return f"{e.name}({', '.join(args)})", POSTFIX
+
+    def visit_AddressOf(self, e):
+        return f"&{self.buffer_name(e.buffer)}[{self.expr(e.index)}]", UNARY
+
+    # ------------------------------------------------------------ shared pieces
+    def element(self, buf: Buffer, indices) -> str:
+        """The lvalue of one scalar element."""
+        name = self.buffer_name(buf)
+        if id(buf) in self.by_value:
+            return name
+        return f"{name}[{self.expr(flat_offset(buf, tuple(indices)))}]"
+
+    def buffer_name(self, buf: Buffer) -> str:
+        name = self.namer.lookup(buf)
+        if name is None:
+            raise BuildError(f"buffer {buf.name} is used in {self.func_name} outside its "
+                             f"allocation and is not a parameter")
+        return name
+
+    def is_nonneg(self, e: te.Expr) -> bool:
+        """A cheap proof that an integer expression is >= 0 (decides plain ``/`` and ``%``)."""
+        match e:
+            case te.Const(value):
+                return value >= 0
+            case te.Var():
+                return e in self.nonneg
+            case te.Binary(op, a, b) if op in ("+", "*", "//", "%", "/"):
+                return self.is_nonneg(a) and self.is_nonneg(b)
+        return e.dtype == "u8"
+
+    def _wrap(self, text: str, prec: int, dtype: str):
+        if dtype in NARROW_INTS:
+            return f"({to_c(dtype)})({text})", UNARY
+        return text, prec
+
+
+def c_literal(value, dtype: str) -> tuple[str, int]:
+    """A C literal and its precedence (a leading minus or cast makes it a unary expression)."""
+    if dtype == "bool":
+        return ("true" if value else "false"), ATOM
+    if dtype in ("f32", "f64"):
+        value = float(value)
+        if value != value or value in (math.inf, -math.inf):
+            text = "NAN" if value != value else "INFINITY"
+            text = text if dtype == "f32" else f"(double){text}"
+            text = "-" + text if value < 0 else text
+        else:
+            text = repr(value) + ("f" if dtype == "f32" else "")
+        return text, UNARY if text.startswith(("-", "(")) else ATOM
+    value = int(value)
+    if dtype == "i64" and not -2**31 <= value < 2**31:
+        return ("INT64_MIN" if value == -2**63 else f"INT64_C({value})"), POSTFIX
+    return str(value), UNARY if value < 0 else ATOM
+
+
+def _constant_only(e: te.Expr) -> bool:
+    return all(not isinstance(x, (te.Var, BufferLoad, LaneOf)) for x in te.walk(e))

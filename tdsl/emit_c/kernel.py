@@ -1,0 +1,227 @@
+"""`Kernel`: one compiled `LoweredFunc`, called on numpy arrays through cffi (ABI mode).
+
+Calling conventions, chosen so that a bad call is a `CallError` naming the argument and
+never a crash or a silently wrong answer:
+
+- Array parameters take ``numpy.ndarray`` only, of exactly the parameter's dtype: no lists,
+  no silent casts (a float64 array for an f32 parameter would either be copied behind the
+  caller's back or read as garbage). The error says how to convert.
+- Rank-0 (scalar) parameters also take Python ``bool``/``int``/``float`` and numpy scalars,
+  passed by value; an int must fit the parameter's type.
+- A non-contiguous or misaligned input is copied (``np.require``), since the kernel indexes
+  dense row-major memory. An ``out=`` array is never copied (the result would be lost): it
+  must be C-contiguous, writeable, of the right dtype and shape, and overlap no input and
+  no other output.
+- Sizes (``func.shape_vars``) are bound from the inputs' shapes: a dimension written as a
+  plain size (``M``) binds it, every other dimension is then evaluated and checked. A size
+  fixed at build time is a constant in the C code; the arrays must agree with it.
+"""
+from __future__ import annotations
+
+import numpy as np
+from cffi import FFI
+
+from ..errors import BuildError, CallError
+from ..lowering import te
+from ..lowering.dtypes import to_c, to_numpy
+from ..lowering.loop_ir import Buffer, LoweredFunc
+from ..lowering.te_printer import format_expr
+from .build import HOST_FLAGS, BuildCache, BuildResult
+from .c import CModule, HostC
+from .printer import fixed_shapes
+
+
+class Kernel:
+    """A callable compiled kernel: ``C = kernel(A, B)`` or ``kernel(A, B, out=C)``.
+
+    Returns the outputs: one array, or a tuple when the function has several. Attributes:
+    ``func`` (the LoweredFunc), ``source`` (the C), ``header``, ``lib_path``, ``compiled``
+    (whether this build ran the compiler rather than reusing the cache).
+    """
+
+    def __init__(self, func: LoweredFunc, module: CModule, built: BuildResult,
+                 fixed: dict[te.Var, int] | None = None):
+        self.func = func
+        self.source = module.source
+        self.header = module.header
+        self.lib_path = built.lib_path
+        self.compiled = built.compiled
+        self._fixed = dict(fixed or {})
+        self._inputs = func.params[:func.num_inputs]
+        self._outputs = func.params[func.num_inputs:]
+        self._free_sizes = [v for v in func.shape_vars if v not in self._fixed]
+        _check_sizes_bindable(func, self._fixed)
+        self._ffi = FFI()
+        self._ffi.cdef(module.prototype + ";")
+        self._lib = self._ffi.dlopen(str(built.lib_path))
+        self._fn = getattr(self._lib, module.name)
+        self._pointer_types = [self._ffi.typeof(f"{to_c(b.dtype)} *") for b in func.params]
+
+    def __repr__(self) -> str:
+        return f"Kernel({self.func.name}, {self.lib_path})"
+
+    def __call__(self, *arrays, out=None):
+        if len(arrays) != len(self._inputs):
+            names = ", ".join(b.name for b in self._inputs)
+            raise CallError(f"{self.func.name} takes {len(self._inputs)} argument(s) "
+                            f"({names}), got {len(arrays)}")
+        inputs = [_check_input(b, a) for b, a in zip(self._inputs, arrays)]
+        sizes = self._bind_sizes(inputs)
+        shapes = [self._output_shape(b, sizes) for b in self._outputs]
+        outputs = self._prepare_outputs(out, shapes, inputs)
+        args = []
+        for i, (buf, value) in enumerate(zip(self.func.params, inputs + outputs)):
+            if buf.shape or i >= len(self._inputs):
+                args.append(self._ffi.cast(self._pointer_types[i], value.ctypes.data))
+            else:
+                args.append(value)
+        args += [sizes[v] for v in self._free_sizes]
+        if self._fn(*args) != 0:
+            raise MemoryError(f"{self.func.name}: the kernel could not allocate its workspace")
+        return outputs[0] if len(outputs) == 1 else tuple(outputs)
+
+    def _bind_sizes(self, inputs) -> dict[te.Var, int]:
+        sizes = dict(self._fixed)
+        origin = {v: "fixed at build time" for v in self._fixed}
+        for buf, value in zip(self._inputs, inputs):     # plain sizes bind first ...
+            for d, (dim, n) in enumerate(zip(buf.shape, np.shape(value))):
+                if isinstance(dim, te.Var) and dim not in sizes:
+                    sizes[dim] = n
+                    origin[dim] = f"from {buf.name}'s dimension {d}"
+        for buf, value in zip(self._inputs, inputs):     # ... then every dimension is checked
+            for d, (dim, n) in enumerate(zip(buf.shape, np.shape(value))):
+                expected = evaluate(dim, sizes)
+                if n != expected:
+                    formula = "" if isinstance(dim, te.Const) else f"{format_expr(dim)} = "
+                    where = f" ({origin[dim]})" if dim in origin else ""
+                    raise CallError(f"argument {buf.name} of {self.func.name} has size {n} in "
+                                    f"dimension {d}, expected {formula}{expected}{where}; "
+                                    f"{buf.name} is {_describe(buf)}")
+        return sizes
+
+    def _output_shape(self, buf: Buffer, sizes) -> tuple[int, ...]:
+        shape = tuple(evaluate(dim, sizes) for dim in buf.shape)
+        if any(n < 0 for n in shape):
+            raise CallError(f"output {buf.name} of {self.func.name} would have the negative "
+                            f"shape {shape} ({_describe(buf)}) for these inputs")
+        return shape
+
+    def _prepare_outputs(self, out, shapes, inputs) -> list[np.ndarray]:
+        if out is None:
+            return [np.empty(s, to_numpy(b.dtype)) for b, s in zip(self._outputs, shapes)]
+        outs = list(out) if isinstance(out, (tuple, list)) else [out]
+        if len(outs) != len(self._outputs):
+            raise CallError(f"out= of {self.func.name} needs {len(self._outputs)} array(s) "
+                            f"({', '.join(b.name for b in self._outputs)}), got {len(outs)}")
+        arrays = [a for a in inputs if isinstance(a, np.ndarray)]
+        for k, (buf, arr, shape) in enumerate(zip(self._outputs, outs, shapes)):
+            what = f"out= array for {buf.name}"
+            if not isinstance(arr, np.ndarray):
+                raise CallError(f"{what} must be a numpy.ndarray, got {type(arr).__name__}")
+            if arr.dtype != to_numpy(buf.dtype):
+                raise CallError(f"{what} has dtype {arr.dtype}, expected "
+                                f"{to_numpy(buf.dtype)} ({buf.dtype})")
+            if arr.shape != shape:
+                raise CallError(f"{what} has shape {arr.shape}, expected {shape}")
+            if not (arr.flags.c_contiguous and arr.flags.aligned and arr.flags.writeable):
+                raise CallError(f"{what} must be C-contiguous, aligned and writeable",
+                                hint="pass np.empty(shape, dtype) and copy the result over")
+            if any(np.may_share_memory(arr, other) for other in arrays + outs[:k]):
+                raise CallError(f"{what} overlaps an input or another output",
+                                hint="tdsl kernels do not compute in place; pass a fresh array")
+        return outs
+
+
+def build_kernel(func: LoweredFunc, *, shapes: dict | None = None, flags=HOST_FLAGS,
+                 cache: BuildCache | None = None) -> Kernel:
+    """Emit ``func`` as host C, compile it (or reuse the cache) and load it.
+
+    ``shapes`` fixes sizes at build time (``{"K": 256}``): they become C constants.
+    """
+    module = HostC(func, shapes).module()
+    built = (cache or BuildCache()).build(module.source, flags)
+    return Kernel(func, module, built, fixed_shapes(func, shapes or {}))
+
+
+def evaluate(e: te.Expr, sizes: dict[te.Var, int]) -> int:
+    """The integer value of a shape expression (``//`` and ``%`` floor, like Python)."""
+    match e:
+        case te.Const(value):
+            return int(value)
+        case te.Var():
+            return sizes[e]
+        case te.Binary(op, a, b):
+            x, y = evaluate(a, sizes), evaluate(b, sizes)
+            if op in ("+", "-", "*"):
+                return x + y if op == "+" else x - y if op == "-" else x * y
+            if y == 0:
+                return 0          # what the generated C computes for a division by zero
+            return x % y if op == "%" else x // y
+        case te.Intrinsic("min" | "max" as name, (a, b)):
+            return (min if name == "min" else max)(evaluate(a, sizes), evaluate(b, sizes))
+    raise BuildError(f"the shape expression {format_expr(e)} cannot be evaluated at call time")
+
+
+def _check_sizes_bindable(func: LoweredFunc, fixed) -> None:
+    """Every free size must come from a plain dimension of an input, or be fixed."""
+    bindable = {d for b in func.params[:func.num_inputs] for d in b.shape
+                if isinstance(d, te.Var)}
+    for v in func.shape_vars:
+        if v not in fixed and v not in bindable:
+            raise BuildError(f"the size {v.name} of {func.name} cannot be read off any input's "
+                             f"shape", hint=f"fix it at build time: shapes={{'{v.name}': ...}}")
+    for b in func.params:
+        if b.strides is not None:
+            raise BuildError(f"parameter {b.name} of {func.name} has explicit strides; "
+                             f"kernels take dense row-major arrays")
+        for dim in b.shape:
+            for x in te.walk(dim):
+                if not isinstance(x, (te.Var, te.Const, te.Binary, te.Intrinsic)) or \
+                        (isinstance(x, te.Var) and x not in func.shape_vars):
+                    raise BuildError(f"the shape of {b.name} ({format_expr(dim)}) is not "
+                                     f"an integer expression of {func.name}'s sizes")
+
+
+def _check_input(buf: Buffer, value):
+    dtype = to_numpy(buf.dtype)
+    if not buf.shape and not isinstance(value, np.ndarray):
+        return _scalar_argument(buf, value)
+    if not isinstance(value, np.ndarray):
+        raise CallError(f"argument {buf.name} must be a numpy.ndarray of {dtype} "
+                        f"({_describe(buf)}), got {type(value).__name__}",
+                        hint=f"convert it: np.asarray(x, dtype=np.{dtype})")
+    if value.dtype != dtype:
+        raise CallError(f"argument {buf.name} has dtype {value.dtype}, expected {dtype} "
+                        f"({buf.dtype}); arrays are not cast silently",
+                        hint=f"pass {buf.name}.astype(np.{dtype})")
+    if value.ndim != len(buf.shape):
+        raise CallError(f"argument {buf.name} has rank {value.ndim} (shape {value.shape}), "
+                        f"expected rank {len(buf.shape)}: {_describe(buf)}")
+    if not buf.shape:
+        return value.item()
+    return np.require(value, requirements=("C_CONTIGUOUS", "ALIGNED"))
+
+
+def _scalar_argument(buf: Buffer, value):
+    """Python and numpy scalars for a rank-0 parameter, checked like arrays."""
+    dtype = to_numpy(buf.dtype)
+    if isinstance(value, np.generic):
+        if value.dtype != dtype:
+            raise CallError(f"argument {buf.name} has dtype {value.dtype}, expected {dtype}")
+        return value.item()
+    if buf.dtype == "bool":
+        ok = isinstance(value, bool)
+    elif buf.dtype in ("f32", "f64"):
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    else:
+        info = np.iinfo(dtype)
+        ok = isinstance(value, int) and not isinstance(value, bool) and \
+            info.min <= value <= info.max
+    if not ok:
+        raise CallError(f"argument {buf.name} must be a {buf.dtype} scalar, got {value!r}")
+    return value
+
+
+def _describe(buf: Buffer) -> str:
+    dims = ", ".join(format_expr(d) for d in buf.shape)
+    return f"{buf.name}: {buf.dtype}[{dims}]" if buf.shape else f"{buf.name}: {buf.dtype}"

@@ -1,0 +1,186 @@
+"""``schedule OP for TARGET { ... }`` blocks -> `Schedule` values.
+
+Each statement is a call of a primitive; axes are written ``C.i`` (stage ``C``, axis ``i``)
+or, once a primitive of this block has named them, by their bare name (``io`` after
+``io, ii = split(C.i, 8)``). Numbers may name a ``knob``. Everything here only translates:
+whether a primitive can apply is decided when the schedule is applied during lowering,
+which raises a `ScheduleError` pointing at the statement.
+"""
+from __future__ import annotations
+
+from ..errors import ScheduleError
+from ..lowering import te
+from ..lowering.schedule import Knob, Schedule
+from . import ast
+from .exprs import const_value
+
+TARGETS = {"cpu": "c", "c": "c", "cuda": "cuda", "opencl": "opencl"}
+
+# primitive -> (number of names it binds, positional parameter kinds)
+# kinds: "axis" (C.i), "axes" (several axes), "stage", "int", "str", "stages"
+_SIGNATURES = {
+    "split": (2, ("axis", "int")),
+    "tile": (4, ("axis", "axis", "int", "int")),
+    "fuse": (1, ("axes",)),
+    "reorder": (0, ("axes",)),
+    "compute_at": (0, ("stage", "axis")),
+    "compute_inline": (0, ("stage",)),
+    "compute_root": (0, ("stage",)),
+    "cache_read": (1, ("stage", "str", "stages")),
+    "cache_write": (1, ("stage", "str")),
+    "vectorize": (0, ("axis",)),
+    "unroll": (0, ("axis",)),
+    "parallel": (0, ("axis",)),
+    "bind": (0, ("axis", "str")),
+    "storage_align": (0, ("axis", "int", "int")),
+    "tensorize": (0, ("axis", "str")),
+}
+
+
+def to_schedule(sdef: ast.ScheduleDef, fn: te.Function, intrinsics: dict | None = None) \
+        -> Schedule:
+    sched = Schedule(fn)
+    knobs: set[str] = set()
+    owner: dict[str, str] = {}          # axis named in this block -> its stage
+    for st in sdef.body:
+        if isinstance(st, ast.KnobDecl):
+            choices = tuple(const_value(c, {}) for c in st.choices)
+            default = const_value(st.default, {}) if st.default is not None else None
+            sched = sched.knob(st.name, choices, default, span=st.span)
+            knobs.add(st.name)
+            continue
+        sched = _apply_call(sched, st, knobs, owner, intrinsics or {})
+    return sched
+
+
+def _apply_call(sched: Schedule, st: ast.SchedCall, knobs, owner, intrinsics) -> Schedule:
+    if st.func not in _SIGNATURES:
+        raise ScheduleError(f"unknown schedule primitive '{st.func}'", st.span,
+                            hint=f"primitives are {', '.join(_SIGNATURES)}")
+    n_names, kinds = _SIGNATURES[st.func]
+    args = list(st.args)
+    if kinds[-1] in ("axes", "stages"):
+        fixed = len(kinds) - 1
+        if len(args) < fixed:
+            raise _arity(st, f"at least {fixed}")
+        rest = args[fixed:]
+        args = args[:fixed] + [rest]
+    elif st.func == "storage_align" and len(args) == 2:
+        args.append(ast.Number("0", st.span))
+    if len(args) != len(kinds):
+        raise _arity(st, str(len(kinds)))
+    if st.targets and len(st.targets) != n_names:
+        raise ScheduleError(f"{st.func} gives {n_names} name{'s' * (n_names != 1)}, but "
+                            f"{len(st.targets)} are assigned", st.span)
+    vals = [_arg(a, k, st, knobs, owner) for a, k in zip(args, kinds)]
+    names = list(st.targets) + [None] * (n_names - len(st.targets))
+    span = st.span
+    f = st.func
+    if f == "split":
+        (stage, axis), factor = vals
+        _own(owner, stage, names)
+        return sched.split(stage, axis, factor, names[0], names[1], span=span)
+    if f == "tile":
+        (stage, x), (stage2, y), fx, fy = vals
+        _same_stage(stage, stage2, st)
+        _own(owner, stage, names)
+        return sched.tile(stage, x, y, fx, fy, *names, span=span)
+    if f == "fuse":
+        (axes,) = vals
+        stage = _one_stage(axes, st)
+        _own(owner, stage, names)
+        return sched.fuse(stage, *[a for _, a in axes], fused=names[0], span=span)
+    if f == "reorder":
+        (axes,) = vals
+        return sched.reorder(_one_stage(axes, st), *[a for _, a in axes], span=span)
+    if f == "compute_at":
+        stage, (consumer, axis) = vals
+        return sched.compute_at(stage, consumer, axis, span=span)
+    if f in ("compute_inline", "compute_root"):
+        return getattr(sched, f)(vals[0], span=span)
+    if f == "cache_read":
+        tensor, scope, readers = vals
+        return sched.cache_read(tensor, scope, tuple(readers), names[0], span=span)
+    if f == "cache_write":
+        stage, scope = vals
+        return sched.cache_write(stage, scope, names[0], span=span)
+    if f in ("vectorize", "unroll", "parallel"):
+        (stage, axis), = vals
+        return getattr(sched, f)(stage, axis, span=span)
+    if f == "bind":
+        (stage, axis), tag = vals
+        return sched.bind(stage, axis, tag, span=span)
+    if f == "storage_align":
+        (stage, axis), factor, offset = vals
+        return sched.storage_align(stage, axis, factor, offset, span=span)
+    if f == "tensorize":
+        (stage, axis), name = vals
+        if name not in intrinsics:
+            raise ScheduleError(f"unknown tensor intrinsic '{name}'", st.span,
+                                hint=f"known: {', '.join(intrinsics) or 'none'}")
+        return sched.tensorize(stage, axis, intrinsics[name], span=span)
+    raise AssertionError(f)
+
+
+def _arg(node, kind, st, knobs, owner):
+    if kind == "axis":
+        return _axis(node, owner)
+    if kind == "axes":
+        return [_axis(a, owner) for a in node]
+    if kind == "stage":
+        return _stage(node)
+    if kind == "stages":
+        return [_stage(a) for a in node]
+    if kind == "str":
+        if isinstance(node, ast.String):
+            return node.value
+        if isinstance(node, ast.Name):        # a bare word: "local" or local alike
+            return node.id
+        raise ScheduleError("expected a name or a string here", node.span)
+    if isinstance(node, ast.Name) and node.id in knobs:
+        return Knob(node.id, node.span)
+    v = const_value(node, {})
+    if not isinstance(v, int) or isinstance(v, bool):
+        raise ScheduleError(f"expected an integer or a knob, got {v!r}", node.span)
+    return v
+
+
+def _axis(node, owner) -> tuple[str, str]:
+    if isinstance(node, ast.Member):
+        return node.base, node.attr
+    if isinstance(node, ast.Name):
+        if node.id in owner:
+            return owner[node.id], node.id
+        raise ScheduleError(f"axis '{node.id}' needs its stage, e.g. C.{node.id}", node.span,
+                            hint="only axes named in this schedule may be written bare")
+    raise ScheduleError("expected an axis, written STAGE.AXIS (e.g. C.i)",
+                        getattr(node, "span", None))
+
+
+def _stage(node) -> str:
+    if isinstance(node, ast.Name):
+        return node.id
+    raise ScheduleError("expected a stage (a tensor name)", getattr(node, "span", None))
+
+
+def _own(owner, stage, names):
+    for n in names:
+        if n is not None:
+            owner[n] = stage
+
+
+def _one_stage(axes, st) -> str:
+    stages = {s for s, _ in axes}
+    if len(stages) != 1:
+        raise ScheduleError(f"{st.func} takes axes of one stage, got {', '.join(sorted(stages))}",
+                            st.span)
+    return stages.pop()
+
+
+def _same_stage(a, b, st):
+    if a != b:
+        raise ScheduleError(f"tile takes two axes of one stage, got {a} and {b}", st.span)
+
+
+def _arity(st, n) -> ScheduleError:
+    return ScheduleError(f"{st.func} takes {n} arguments, got {len(st.args)}", st.span)

@@ -1,0 +1,306 @@
+"""Run loop IR in Python, element by element: the living definition lowering must preserve.
+
+Slow on purpose (small sizes only) and strict:
+
+- every access is checked: an index outside its buffer (per dimension before flattening,
+  against the allocation after it) raises `OutOfBounds`, which is how tests catch a lowering
+  that forgot a guard;
+- buffers are flat numpy arrays; a fresh allocation (and an output not passed in) is filled
+  with NaN / a junk integer, so reading an element nobody wrote shows up in the results;
+- values keep their IR dtype: f32 arithmetic rounds to f32, integers wrap, index arithmetic
+  is Python integers; ``//`` and ``%`` floor, as in te;
+- ``select``, ``and``, ``or`` and conditions are lazy on scalars (a guarded load is never
+  made); vector values (``ramp``, ``x16(...)``) are numpy arrays of lanes, and a load's
+  ``predicate`` masks its lanes;
+- a tensorized call runs the intrinsic's own computation (lowered naively and interpreted)
+  on strided views of the buffers at the call's pointers.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numpy.lib.stride_tricks import as_strided
+
+from ..errors import CallError
+from . import te
+from .dtypes import INDEX, from_numpy, is_float, to_numpy
+from .loop_ir import (AddressOf, Allocate, Barrier, Broadcast, BufferLoad, Call, Evaluate, For,
+                      If, LetStmt, LoweredFunc, Ramp, Seq, Store, split_dtype)
+from .lower import lower
+from .passes.flatten import alloc_size, strides_of
+from .schedule import Schedule
+from .simplify import linear
+
+
+class OutOfBounds(IndexError):
+    """An access outside its buffer: a lowering bug the interpreter refuses to hide."""
+
+
+_ERF = np.frompyfunc(math.erf, 1, 1)
+_MATH = {
+    "exp": np.exp, "log": np.log, "sqrt": np.sqrt, "tanh": np.tanh, "sin": np.sin,
+    "cos": np.cos, "abs": np.abs, "floor": np.floor, "ceil": np.ceil, "round": np.rint,
+    "rsqrt": lambda x: 1 / np.sqrt(x), "sigmoid": lambda x: 1 / (1 + np.exp(-x)),
+    "erf": lambda x: np.asarray(_ERF(np.asarray(x, np.float64)), np.float64),
+    "min": np.minimum, "max": np.maximum, "pow": np.power,
+}
+_COMBINE = {"sum": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum}
+
+
+def _junk(dtype: str):
+    if is_float(dtype):
+        return np.nan
+    return True if dtype == "bool" else 0x5A
+
+
+def run(func: LoweredFunc, arrays, shapes: dict[str, int] | None = None
+        ) -> tuple[np.ndarray, ...]:
+    """Run ``func`` on its input arrays (or inputs and outputs); return the outputs."""
+    with np.errstate(all="ignore"):
+        return _Interp(func, shapes).call(list(arrays))
+
+
+class _Interp:
+    def __init__(self, func: LoweredFunc, shapes):
+        self.func = func
+        self.env: dict[str, object] = {k: int(v) for k, v in (shapes or {}).items()}
+        self.mem: dict = {}
+        self.layout: dict = {}                 # buffer -> (shape, strides, size)
+
+    # ------------------------------------------------------------------------ arguments
+
+    def call(self, arrays: list) -> tuple:
+        f = self.func
+        if len(arrays) not in (f.num_inputs, len(f.params)):
+            raise CallError(f"{f.name} takes {f.num_inputs} inputs, got {len(arrays)} arrays")
+        for buf, arr in zip(f.params, arrays):
+            arr = np.asarray(arr)
+            if arr.ndim != len(buf.shape):
+                raise CallError(f"{f.name}: {buf.name} must have rank {len(buf.shape)}, "
+                                f"got shape {arr.shape}")
+            if from_numpy(arr.dtype) != buf.dtype:
+                raise CallError(f"{f.name}: {buf.name} must be {buf.dtype}, got {arr.dtype}")
+            for dim, n in zip(buf.shape, arr.shape):
+                self.solve(dim, int(n))
+        outs = []
+        for k, buf in enumerate(f.params):
+            shape, _, size = self.describe(buf)
+            if k < len(arrays):
+                arr = np.asarray(arrays[k])
+                if arr.shape != shape:
+                    raise CallError(f"{f.name}: {buf.name} must have shape {shape}, "
+                                    f"got {arr.shape}")
+                flat = np.ascontiguousarray(arr).reshape(-1)
+                if k >= f.num_inputs:
+                    flat = arr.reshape(-1)           # write into the caller's output
+            else:
+                flat = np.full(size, _junk(buf.dtype), to_numpy(buf.dtype))
+            self.mem[buf] = flat
+            if k >= f.num_inputs:
+                outs.append(flat.reshape(shape))
+        self.stmt(f.body)
+        return tuple(outs)
+
+    def solve(self, dim: te.Expr, n: int) -> None:
+        """Bind the shape variable of a dimension ``c * v + d`` from its size ``n``."""
+        lin = linear(dim)
+        free = [(a, c) for a, c in lin.terms.items() if not (isinstance(a, te.Var)
+                                                              and a.name in self.env)]
+        if len(free) == 1 and isinstance(free[0][0], te.Var) and \
+                all(isinstance(a, te.Var) for a in lin.terms):
+            (v, c), rest = free[0], n - lin.const - sum(
+                k * self.env[a.name] for a, k in lin.terms.items() if a.name in self.env)
+            if rest % c == 0:
+                self.env[v.name] = rest // c
+
+    def describe(self, buf):
+        if buf not in self.layout:
+            shape = tuple(self.index(s) for s in buf.shape)
+            strides = tuple(self.index(s) for s in strides_of(buf))
+            self.layout[buf] = (shape, strides, self.index(alloc_size(buf)))
+        return self.layout[buf]
+
+    def index(self, e: te.Expr) -> int:
+        missing = [v.name for v in te.free_vars(e) if v.name not in self.env]
+        if missing:
+            raise CallError(f"{self.func.name}: shape variable {missing[0]} is not determined "
+                            "by the arguments' shapes; pass it in shapes=")
+        return int(self.expr(e))
+
+    # ------------------------------------------------------------------------ statements
+
+    def stmt(self, s) -> None:
+        match s:
+            case Seq(stmts):
+                for x in stmts:
+                    self.stmt(x)
+            case For(var, mn, ext, _, body, _):
+                lo = self.index(mn)
+                saved = self.env.get(var.name)
+                for i in range(lo, lo + self.index(ext)):
+                    self.env[var.name] = i
+                    self.stmt(body)
+                self.env[var.name] = saved
+            case If(cond, then, orelse):
+                if bool(self.expr(cond)):
+                    self.stmt(then)
+                elif orelse is not None:
+                    self.stmt(orelse)
+            case Store(buf, indices, value, pred):
+                mask = None if pred is None else np.asarray(self.expr(pred))
+                if mask is not None and mask.ndim == 0 and not mask:
+                    return
+                off = self.offset(buf, indices, mask if mask is not None and mask.ndim else None)
+                val = self.expr(value)
+                arr = self.mem[buf]
+                if mask is not None and mask.ndim:
+                    arr[off[mask]] = np.asarray(val)[mask]
+                else:
+                    arr[off] = val
+            case LetStmt(var, value, body):
+                saved = self.env.get(var.name)
+                self.env[var.name] = self.expr(value)
+                self.stmt(body)
+                self.env[var.name] = saved
+            case Allocate(buf, body):
+                self.layout.pop(buf, None)
+                _, _, size = self.describe(buf)
+                saved = self.mem.get(buf)
+                self.mem[buf] = np.full(size, _junk(buf.dtype), to_numpy(buf.dtype))
+                self.stmt(body)
+                self.mem[buf] = saved
+            case Evaluate(value):
+                self.expr(value)
+            case Barrier():
+                pass
+            case _:
+                raise AssertionError(f"unknown statement {type(s).__name__}")
+
+    def offset(self, buf, indices, mask=None):
+        """Flat element offset(s) of an access, checked against the buffer."""
+        assert buf in self.mem and self.mem[buf] is not None, f"{buf.name} is not allocated"
+        shape, strides, size = self.describe(buf)
+        idx = [np.asarray(self.expr(i), np.int64) for i in indices]
+        if len(idx) == 1 and len(shape) != 1:
+            checks = [(idx[0], size)]                 # flattened access
+            off = idx[0]
+        else:
+            checks = list(zip(idx, shape))
+            off = sum((i * s for i, s in zip(idx, strides)), np.int64(0))
+        for i, n in checks:
+            live = i if mask is None else i[mask]
+            if live.size and (live.min() < 0 or live.max() >= n):
+                raise OutOfBounds(f"access {buf.name}[{', '.join(str(x) for x in idx)}] is "
+                                  f"outside shape {shape} (allocated {size})")
+        return int(off) if np.ndim(off) == 0 else off
+
+    # ------------------------------------------------------------------------ expressions
+
+    def expr(self, e: te.Expr):
+        match e:
+            case te.Var(name):
+                return self.env[name]
+            case te.Const(v, dt):
+                return int(v) if dt == INDEX else to_numpy(dt).type(v)
+            case te.Binary(op, a, b, dt):
+                return _binary(op, self.expr(a), self.expr(b), dt)
+            case te.Unary(op, a, dt):
+                x = self.expr(a)
+                return np.logical_not(x) if op == "not" else _cast(-np.asarray(x), dt)
+            case te.Compare(op, a, b):
+                x, y = self.expr(a), self.expr(b)
+                return {"<": np.less, "<=": np.less_equal, ">": np.greater,
+                        ">=": np.greater_equal, "==": np.equal, "!=": np.not_equal}[op](x, y)
+            case te.Logical(op, a, b):
+                x = self.expr(a)
+                if np.ndim(x) == 0 and bool(x) == (op == "or"):
+                    return np.bool_(op == "or")       # short-circuit, like C
+                y = self.expr(b)
+                return np.logical_and(x, y) if op == "and" else np.logical_or(x, y)
+            case te.Select(c, t, f, dt):
+                cond = self.expr(c)
+                if np.ndim(cond) == 0:
+                    return self.expr(t if cond else f)
+                return _cast(np.where(cond, self.expr(t), self.expr(f)), dt)
+            case te.Cast(a, dt):
+                return _cast(self.expr(a), dt)
+            case te.Intrinsic(name, args, dt):
+                return _cast(_MATH[name](*[self.expr(x) for x in args]), dt)
+            case BufferLoad(buf, indices, dt, pred):
+                mask = None if pred is None else np.asarray(self.expr(pred))
+                if mask is not None and mask.ndim == 0 and not mask:
+                    return _cast(np.zeros(split_dtype(dt)[1]) if "x" in dt else 0, dt)
+                vec_mask = mask if mask is not None and mask.ndim else None
+                off = self.offset(buf, indices, vec_mask)
+                arr = self.mem[buf]
+                if vec_mask is not None:
+                    out = np.zeros(len(off), arr.dtype)
+                    out[vec_mask] = arr[off[vec_mask]]
+                    return out
+                return arr[off]
+            case Ramp(base, stride, lanes):
+                return self.index(base) + self.index(stride) * np.arange(lanes, dtype=np.int64)
+            case Broadcast(value, lanes, dt):
+                return _cast(np.full(lanes, self.expr(value)), dt)
+            case AddressOf(buf, index):
+                return (buf, self.index(index))
+            case Call(name, args):
+                return self.call_intrinsic(name, [self.expr(a) for a in args])
+        raise AssertionError(f"unknown expression {type(e).__name__}")
+
+    def call_intrinsic(self, name: str, args: list) -> None:
+        intrin = self.func.attrs.get("tensor_intrinsics", {}).get(name)
+        assert intrin is not None, f"call of unknown function {name}"
+        fn = intrin.compute
+        views, k = [], 0
+        for t in (*fn.inputs, *fn.outputs):
+            (buf, off), strides = args[k], [int(s) for s in args[k + 1:k + 1 + t.ndim]]
+            k += 1 + t.ndim
+            shape = [int(te.substitute(s, {}).value) for s in t.shape]
+            arr = self.mem[buf]
+            last = off + sum((n - 1) * s for n, s in zip(shape, strides))
+            if off < 0 or last >= arr.size:
+                raise OutOfBounds(f"{name}: view of {buf.name} at {off} with strides "
+                                  f"{strides} reaches {last}, outside {arr.size} elements")
+            views.append(as_strided(arr[off:], shape, [s * arr.itemsize for s in strides]))
+        result = run(_lowered(intrin), [np.array(v) for v in views[:-1]])[0]
+        body = fn.outputs[0].op.body
+        if isinstance(body, te.Reduce):
+            result = _COMBINE[body.combiner](views[-1], result)
+        views[-1][...] = result
+
+
+_LOWERED: dict = {}
+
+
+def _lowered(intrin) -> LoweredFunc:
+    if intrin not in _LOWERED:
+        _LOWERED[intrin] = lower(intrin.compute, Schedule(intrin.compute))
+    return _LOWERED[intrin]
+
+
+def _cast(x, dtype: str):
+    base, lanes = split_dtype(dtype)
+    if base == INDEX and lanes == 1 and np.ndim(x) == 0:
+        return int(x)
+    np_t = to_numpy(base)
+    if np.ndim(x) == 0:
+        return np.asarray(x).astype(np_t)[()]
+    return np.asarray(x).astype(np_t)
+
+
+def _binary(op: str, a, b, dtype: str):
+    base = split_dtype(dtype)[0]
+    if base == INDEX and isinstance(a, int) and isinstance(b, int):
+        match op:                    # Python integers: exact, and // % floor like te
+            case "+": return a + b
+            case "-": return a - b
+            case "*": return a * b
+            case "//": return a // b
+            case "%": return a % b
+    fn = {"+": np.add, "-": np.subtract, "*": np.multiply, "/": np.true_divide,
+          "//": np.floor_divide, "%": np.remainder}[op]
+    if op == "/" and not is_float(base):
+        raise AssertionError("'/' on integers must not reach the loop IR")
+    return _cast(fn(a, b), dtype)

@@ -1,0 +1,60 @@
+"""Lowering: a tensor-expression function and a schedule become a loop program.
+
+    fn, schedule, config ──apply_schedule──▶ stage graph ──build_nests──▶ LoweredFunc
+        ──▶ the passes of `PIPELINE`, in order ──▶ LoweredFunc for the emitters
+
+`PIPELINE` is a named list; each pass is a module of `tdsl.lowering.passes` with one entry
+``run(func) -> func`` whose docstring says what holds before and after. Flags:
+
+- ``TDSL_DUMP_IR=1`` prints the IR after building the nests and after every pass (stderr);
+- ``verify=True`` (or ``TDSL_VERIFY=1``) runs `passes.verify` after every step.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+from . import te
+from .default_schedule import default_schedule
+from .loop_ir import LoweredFunc
+from .passes import (apply_schedule, bounds_check, build_nests, flatten, partition, simplify,
+                     unroll, vectorize, verify as verify_pass)
+from .schedule import Schedule
+
+PIPELINE = [
+    ("simplify", simplify.run),          # fold the index arithmetic of the splits and fuses
+    ("partition", partition.run),        # split off tails whose guard blocks vectorization
+    ("simplify", simplify.run),          # one-iteration tails become straight-line code
+    ("bounds_check", bounds_check.run),  # prove or guard every access (multi-dimensional)
+    ("flatten", flatten.run),            # multi-dimensional -> flat offsets
+    ("simplify", simplify.run),
+    ("vectorize", vectorize.run),        # straight-line vectorized loops -> ramps/broadcasts
+    ("unroll", unroll.run),              # small unrolled loops -> copies
+    ("simplify", simplify.run),
+]
+
+
+def lower(fn: te.Function, schedule: Schedule | None = None, config: dict | None = None,
+          shapes: dict[str, int] | None = None, *, verify: bool = False,
+          pipeline=None) -> LoweredFunc:
+    """Lower ``fn`` under ``schedule`` (`default_schedule` when None; ``Schedule(fn)`` is the
+    naive nest) with the tuner ``config`` for its knobs (defaults when None). ``shapes``
+    binds shape variables to constants; the others stay symbolic in ``shape_vars``."""
+    if schedule is None:
+        schedule = default_schedule(fn, shapes)
+    verify = verify or os.environ.get("TDSL_VERIFY") == "1"
+    dump = os.environ.get("TDSL_DUMP_IR") == "1"
+    graph = apply_schedule.run(fn, schedule.resolve(config))
+    func = build_nests.run(graph, shapes)
+    _after("build_nests", func, dump, verify)
+    for name, step in PIPELINE if pipeline is None else pipeline:
+        func = step(func)
+        _after(name, func, dump, verify)
+    return func
+
+
+def _after(name: str, func: LoweredFunc, dump: bool, verify: bool) -> None:
+    if dump:
+        print(f"--- after {name} ---\n{func}\n", file=sys.stderr)
+    if verify:
+        verify_pass.run(func)

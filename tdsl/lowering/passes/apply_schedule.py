@@ -1,0 +1,449 @@
+"""Apply a schedule's directives to a function, giving the `StageGraph` loop-nest
+construction reads. The first step of lowering; its entry takes a te.Function, not a
+LoweredFunc.
+
+Before: a `te.Function` and resolved directives (no knobs). After: one `StageState` per
+computed tensor, in producer-before-consumer order, each with its root axes, the split/fuse
+relations from root to leaf axes, its leaf loop order and kinds, and where it is computed
+(root, inline, or at a consumer's loop). Inlining and cache stages are applied to the stage
+bodies here. Every illegal directive raises `ScheduleError` with its span; the message names
+the stage, the axis and the stage's loops at that point, Halide style.
+"""
+from __future__ import annotations
+
+import dataclasses
+import operator
+from dataclasses import dataclass, field
+
+from ...errors import ScheduleError
+from .. import schedule as S
+from .. import te
+from ..dtypes import INDEX
+from ..loop_ir import ForKind
+from ..simplify import ceil_div, simplify
+
+
+@dataclass(frozen=True)
+class SplitRel:
+    """``parent == outer * factor + inner``."""
+    parent: str
+    outer: str
+    inner: str
+    factor: int
+
+
+@dataclass(frozen=True)
+class FuseRel:
+    """``axes[-1] == fused % E[-1]``, ``axes[-2] == (fused // E[-1]) % E[-2]``, ..."""
+    axes: tuple[str, ...]
+    fused: str
+
+
+@dataclass
+class StageState:
+    name: str
+    dtype: str
+    shape: tuple[te.Expr, ...]
+    data: list[te.IterVar]               # root data axes
+    reduce: list[te.IterVar]             # root reduction axes (of a top-level Reduce)
+    combiner: str | None                 # the top-level Reduce's, or None
+    value: te.Expr                       # the Reduce body, or the whole body
+    is_output: bool
+    extents: dict[str, te.Expr] = field(default_factory=dict)   # every axis ever made
+    kind: dict[str, str] = field(default_factory=dict)          # axis -> "data"/"reduce"
+    relations: list = field(default_factory=list)
+    leaves: list[str] = field(default_factory=list)
+    annotations: dict[str, tuple[ForKind, str | None]] = field(default_factory=dict)
+    attach: tuple = ("root",)            # ("root",) | ("inline",) | ("at", consumer, axis)
+    scope: str | None = None             # None: global at root, local when computed at
+    align: dict[int, tuple[int, int]] = field(default_factory=dict)
+    tensorize: tuple | None = None       # (axis, TensorIntrin, span)
+
+    @property
+    def inlined(self) -> bool:
+        return self.attach[0] == "inline"
+
+    def loops(self) -> str:
+        return ", ".join(self.leaves) or "(none)"
+
+
+@dataclass
+class StageGraph:
+    fn: te.Function
+    stages: dict[str, StageState]
+    order: list[str]                     # computed stages, producers first (inlined kept)
+    inputs: dict[str, te.Tensor]
+
+    def stage(self, name: str, span, what: str = "stage") -> StageState:
+        if name in self.stages:
+            return self.stages[name]
+        kind = "an input, not a computed stage" if name in self.inputs else "not a stage"
+        raise ScheduleError(f"In schedule of {self.fn.name}, {what} {name} is {kind}; "
+                            f"stages are: {', '.join(self.live())}", span)
+
+    def live(self) -> list[str]:
+        return [n for n in self.order if not self.stages[n].inlined]
+
+    def readers(self, name: str) -> list[str]:
+        return [n for n in self.live() if name in _loaded_names(self.stages[n].value)]
+
+    def attached_at(self, consumer: str) -> list[tuple[str, str]]:
+        """(producer, axis) pairs computed inside ``consumer``'s loops, producers first."""
+        return [(n, self.stages[n].attach[2]) for n in self.order
+                if self.stages[n].attach[:2] == ("at", consumer)]
+
+
+def _loaded_names(e: te.Expr) -> set[str]:
+    return {ld.tensor.name for ld in te.loads(e)}
+
+
+def _state(t: te.Tensor, is_output: bool) -> StageState:
+    body = t.op.body
+    reduce, combiner, value = [], None, body
+    if isinstance(body, te.Reduce):
+        reduce, combiner, value = list(body.axes), body.combiner, body.body
+    st = StageState(t.name, t.dtype, t.shape, list(t.op.axes), reduce, combiner, value,
+                    is_output)
+    for iv in st.data + st.reduce:
+        assert iv.var.name not in st.extents, f"stage {t.name} has two axes {iv.var.name}"
+        st.extents[iv.var.name] = iv.extent
+        st.kind[iv.var.name] = "data" if iv in st.data else "reduce"
+        st.leaves.append(iv.var.name)
+    return st
+
+
+def initial(fn: te.Function) -> StageGraph:
+    outs = set(map(id, fn.outputs))
+    stages = {t.name: _state(t, id(t) in outs) for t in fn.stages()}
+    return StageGraph(fn, stages, list(stages), {t.name: t for t in fn.inputs})
+
+
+def run(fn: te.Function, directives) -> StageGraph:
+    """Apply resolved directives (see `Schedule.resolve`) in order."""
+    g = initial(fn)
+    for d in directives:
+        handler = _HANDLERS.get(type(d))
+        assert handler is not None, f"unknown directive {d!r}"
+        handler(g, d)
+    return g
+
+
+# ---------------------------------------------------------------------------- checks
+
+def _fail(st: StageState, what: str, why: str, span) -> None:
+    raise ScheduleError(f"In schedule of {st.name}, can't {what}: {why}; "
+                        f"loops are: {st.loops()}", span)
+
+
+def _live_stage(g: StageGraph, name: str, span) -> StageState:
+    st = g.stage(name, span)
+    if st.inlined:
+        raise ScheduleError(f"In schedule of {name}: the stage was inlined (compute_inline), "
+                            f"so it has no loops to schedule", span)
+    return st
+
+
+def _leaf(st: StageState, axis: str, what: str, span) -> None:
+    if axis in st.leaves:
+        return
+    if axis in st.extents:
+        _fail(st, what, f"{axis} is no longer a loop (it was split or fused)", span)
+    _fail(st, what, f"{st.name} has no axis {axis}", span)
+
+
+def _untouched(g: StageGraph, st: StageState, axis: str, what: str, span) -> None:
+    """An axis that is an attach point, annotated or tensorized cannot be split or fused."""
+    for prod, a in g.attached_at(st.name):
+        if a == axis:
+            _fail(st, what, f"stage {prod} is computed at {axis}", span)
+    if axis in st.annotations:
+        _fail(st, what, f"{axis} is already {st.annotations[axis][0].value}", span)
+    if st.tensorize and st.tensorize[0] == axis:
+        _fail(st, what, f"{axis} is tensorized", span)
+
+
+def _int(x, st, what, name, span, low=1) -> int:
+    try:
+        v = operator.index(x)
+    except TypeError:
+        v = None
+    if v is None or isinstance(x, bool) or v < low:
+        _fail(st, what, f"the {name} must be an integer >= {low}, not {x!r}", span)
+    return v
+
+
+def _new_names(st: StageState, names, what, span) -> None:
+    if len(set(names)) != len(names):
+        _fail(st, what, f"the new axes need distinct names, not {', '.join(names)}", span)
+    for n in names:
+        if n in st.extents:
+            _fail(st, what, f"{st.name} already has an axis named {n}", span)
+
+
+# ---------------------------------------------------------------------------- loop structure
+
+def _split(g: StageGraph, d: S.Split) -> None:
+    st = _live_stage(g, d.stage, d.span)
+    what = f"split {d.axis}"
+    _leaf(st, d.axis, what, d.span)
+    f = _int(d.factor, st, f"{what} by {d.factor!r}", "factor", d.span)
+    _untouched(g, st, d.axis, what, d.span)
+    _new_names(st, [d.outer, d.inner], what, d.span)
+    st.extents[d.outer] = ceil_div(st.extents[d.axis], f)
+    st.extents[d.inner] = te.Const(f, INDEX)
+    st.kind[d.outer] = st.kind[d.inner] = st.kind[d.axis]
+    st.relations.append(SplitRel(d.axis, d.outer, d.inner, f))
+    i = st.leaves.index(d.axis)
+    st.leaves[i:i + 1] = [d.outer, d.inner]
+
+
+def _tile(g: StageGraph, d: S.Tile) -> None:
+    if d.x == d.y:
+        _fail(_live_stage(g, d.stage, d.span), f"tile {d.x} with itself",
+              "tile needs two different axes", d.span)
+    _split(g, S.Split(d.stage, d.x, d.fx, d.xo, d.xi, d.span))
+    _split(g, S.Split(d.stage, d.y, d.fy, d.yo, d.yi, d.span))
+    _reorder(g, S.Reorder(d.stage, (d.xo, d.yo, d.xi, d.yi), d.span))
+
+
+def _fuse(g: StageGraph, d: S.Fuse) -> None:
+    st = _live_stage(g, d.stage, d.span)
+    what = f"fuse {', '.join(d.axes)}"
+    if len(d.axes) < 2:
+        _fail(st, what, "fuse needs at least two axes", d.span)
+    for a in d.axes:
+        _leaf(st, a, what, d.span)
+    pos = [st.leaves.index(a) for a in d.axes]
+    if pos != list(range(pos[0], pos[0] + len(pos))):
+        _fail(st, what, "the axes are not adjacent loops in this order (reorder them first)",
+              d.span)
+    if len({st.kind[a] for a in d.axes}) > 1:
+        _fail(st, what, "a data axis can't be fused with a reduction axis", d.span)
+    for a in d.axes:
+        _untouched(g, st, a, what, d.span)
+    _new_names(st, [d.fused], what, d.span)
+    ext = te.Const(1, INDEX)
+    for a in d.axes:
+        ext = te.Binary("*", ext, st.extents[a], INDEX)
+    st.extents[d.fused] = simplify(ext)
+    st.kind[d.fused] = st.kind[d.axes[0]]
+    st.relations.append(FuseRel(tuple(d.axes), d.fused))
+    st.leaves[pos[0]:pos[-1] + 1] = [d.fused]
+
+
+def _reorder(g: StageGraph, d: S.Reorder) -> None:
+    st = _live_stage(g, d.stage, d.span)
+    what = f"reorder {', '.join(d.axes)}"
+    for a in d.axes:
+        _leaf(st, a, what, d.span)
+    dup = sorted({a for a in d.axes if d.axes.count(a) > 1})
+    if dup:
+        _fail(st, what, f"{', '.join(dup)} appears twice", d.span)
+    slots = sorted(st.leaves.index(a) for a in d.axes)
+    new = list(st.leaves)
+    for p, a in zip(slots, d.axes):
+        new[p] = a
+    # An attach point (or tensorize point) fixes which loops enclose it.
+    points = [(a, f"stage {p} is computed at {a}") for p, a in g.attached_at(st.name)]
+    if st.tensorize:
+        points.append((st.tensorize[0], f"{st.tensorize[0]} is tensorized"))
+    for a, why in points:
+        before, after = st.leaves[:st.leaves.index(a) + 1], new[:new.index(a) + 1]
+        if set(before) != set(after):
+            moved = sorted(set(before) ^ set(after))
+            _fail(st, what, f"{why}, and the reorder moves {', '.join(moved)} across it",
+                  d.span)
+    st.leaves = new
+
+
+def _annotate(kind: ForKind, verb: str):
+    def handler(g: StageGraph, d) -> None:
+        st = _live_stage(g, d.stage, d.span)
+        what = f"{verb} {d.axis}"
+        _leaf(st, d.axis, what, d.span)
+        if st.kind[d.axis] == "reduce" and kind is not ForKind.UNROLLED:
+            _fail(st, what, f"it is a reduction axis (iterations would race on {st.name})",
+                  d.span)
+        tag = getattr(d, "thread_tag", None)
+        if kind is ForKind.THREAD_BINDING and tag not in S.THREAD_TAGS:
+            _fail(st, what, f"unknown thread tag {tag!r}; tags are: "
+                  f"{', '.join(S.THREAD_TAGS)}", d.span)
+        old = st.annotations.get(d.axis)
+        if old is not None and old != (kind, tag):
+            _fail(st, what, f"{d.axis} is already {old[0].value}", d.span)
+        st.annotations[d.axis] = (kind, tag)
+    return handler
+
+
+# ---------------------------------------------------------------------------- placement
+
+def _compute_at(g: StageGraph, d: S.ComputeAt) -> None:
+    st = _live_stage(g, d.stage, d.span)
+    cons = g.stage(d.consumer, d.span, "consumer")
+    what = f"compute {st.name} at {d.consumer}.{d.axis}"
+    if st.is_output:
+        _fail(st, what, f"{st.name} is an output of the op; outputs are computed at root",
+              d.span)
+    if cons.inlined:
+        _fail(st, what, f"{cons.name} was inlined", d.span)
+    readers = g.readers(st.name)
+    if cons.name not in readers:
+        _fail(st, what, f"{cons.name} does not read {st.name} (readers: "
+              f"{', '.join(readers) or 'none'})", d.span)
+    others = [r for r in readers if r != cons.name]
+    if others:
+        _fail(st, what, f"{st.name} is also read by {', '.join(others)}", d.span)
+    if d.axis not in cons.leaves:
+        raise ScheduleError(f"In schedule of {st.name}, can't {what}: {cons.name} has no loop "
+                            f"{d.axis}; loops of {cons.name} are: {cons.loops()}", d.span)
+    if cons.tensorize:
+        t = cons.tensorize[0]
+        if cons.leaves.index(d.axis) >= cons.leaves.index(t):
+            _fail(st, what, f"{d.axis} is inside the nest tensorized at {cons.name}.{t}",
+                  d.span)
+    st.attach = ("at", cons.name, d.axis)
+
+
+def _compute_inline(g: StageGraph, d: S.ComputeInline) -> None:
+    st = _live_stage(g, d.stage, d.span)
+    what = f"compute_inline {st.name}"
+    if st.is_output:
+        _fail(st, what, f"{st.name} is an output of the op", d.span)
+    if st.combiner or any(isinstance(e, te.Reduce) for e in te.walk(st.value)):
+        _fail(st, what, "it has a reduction (compute it at root or at a consumer's loop)",
+              d.span)
+    if st.relations or st.annotations or st.tensorize:
+        _fail(st, what, "its loops were transformed, and an inlined stage has no loops",
+              d.span)
+    attached = g.attached_at(st.name)
+    if attached:
+        _fail(st, what, f"stage {attached[0][0]} is computed at its loop {attached[0][1]}",
+              d.span)
+    params = [iv.var for iv in st.data]
+
+    def inline(e):
+        if isinstance(e, te.Load) and e.tensor.name == st.name:
+            return te.substitute(st.value, dict(zip(params, e.indices)))
+        return None
+    for r in g.readers(st.name):
+        g.stages[r].value = te.rewrite(g.stages[r].value, inline)
+    st.attach = ("inline",)
+
+
+def _compute_root(g: StageGraph, d: S.ComputeRoot) -> None:
+    st = _live_stage(g, d.stage, d.span)
+    st.attach = ("root",)
+
+
+def _retarget(e: te.Expr, name: str, new: te.Tensor) -> te.Expr:
+    return te.rewrite(e, lambda n: te.Load(new, n.indices, n.dtype)
+                      if isinstance(n, te.Load) and n.tensor.name == name else None)
+
+
+def _cache_read(g: StageGraph, d: S.CacheRead) -> None:
+    src = g.inputs.get(d.tensor)
+    st = None if src is not None else _live_stage(g, d.tensor, d.span)
+    what = f"cache_read {d.tensor}"
+    owner = st or StageState(d.tensor, "", (), [], [], None, te.Const(0, INDEX), False)
+    if d.scope not in S.SCOPES:
+        _fail(owner, what, f"unknown scope {d.scope!r}; scopes are: {', '.join(S.SCOPES)}",
+              d.span)
+    if d.name in g.stages or d.name in g.inputs:
+        _fail(owner, what, f"there is already a tensor named {d.name}", d.span)
+    all_readers = g.readers(d.tensor)
+    readers = list(d.readers) or all_readers
+    if not readers:
+        _fail(owner, what, f"no stage reads {d.tensor}", d.span)
+    for r in readers:
+        if r not in all_readers:
+            _fail(owner, what, f"{r} does not read {d.tensor} (readers: "
+                  f"{', '.join(all_readers) or 'none'})", d.span)
+    if st is not None and st.attach[0] == "at" and st.attach[1] in readers:
+        _fail(owner, what, f"{d.tensor} is computed at {st.attach[1]}.{st.attach[2]}", d.span)
+    shape = src.shape if src is not None else st.shape
+    dtype = src.dtype if src is not None else st.dtype
+    names = [iv.var.name for iv in st.data] if st else [f"ax{k}" for k in range(len(shape))]
+    axes = tuple(te.IterVar(te.Var(n), s) for n, s in zip(names, shape))
+    body = te.Load(src or te.Tensor(d.tensor, shape, dtype), tuple(a.var for a in axes), dtype)
+    new = te.Tensor(d.name, shape, dtype, te.Compute(axes, body))
+    for r in readers:
+        g.stages[r].value = _retarget(g.stages[r].value, d.tensor, new)
+    cache = _state(new, False)
+    cache.scope = d.scope
+    g.stages[d.name] = cache
+    g.order.insert(min(g.order.index(r) for r in readers), d.name)
+
+
+def _cache_write(g: StageGraph, d: S.CacheWrite) -> None:
+    st = _live_stage(g, d.stage, d.span)
+    what = f"cache_write {st.name}"
+    if d.scope not in S.SCOPES:
+        _fail(st, what, f"unknown scope {d.scope!r}; scopes are: {', '.join(S.SCOPES)}",
+              d.span)
+    if st.relations or st.annotations or st.tensorize or st.leaves != list(st.extents):
+        _fail(st, what, f"cache_write must come before the other directives on {st.name}",
+              d.span)
+    if g.attached_at(st.name):
+        _fail(st, what, f"stage {g.attached_at(st.name)[0][0]} is computed at one of its "
+              "loops", d.span)
+    if d.name in g.stages or d.name in g.inputs:
+        _fail(st, what, f"there is already a tensor named {d.name}", d.span)
+    cache = dataclasses.replace(st, name=d.name, is_output=False, attach=("root",),
+                                scope=d.scope, align={}, extents=dict(st.extents),
+                                kind=dict(st.kind), leaves=list(st.leaves), relations=[],
+                                annotations={}, data=list(st.data), reduce=list(st.reduce))
+    g.stages[d.name] = cache
+    g.order.insert(g.order.index(st.name), d.name)
+    tensor = te.Tensor(d.name, st.shape, st.dtype)
+    st.value = te.Load(tensor, tuple(iv.var for iv in st.data), st.dtype)
+    st.reduce, st.combiner = [], None
+    st.leaves = [iv.var.name for iv in st.data]
+    st.extents = {n: st.extents[n] for n in st.leaves}
+    st.kind = {n: "data" for n in st.leaves}
+
+
+# ---------------------------------------------------------------------------- storage, tensorize
+
+def _storage_align(g: StageGraph, d: S.StorageAlign) -> None:
+    st = _live_stage(g, d.stage, d.span)
+    what = f"storage_align {d.axis}"
+    if st.is_output:
+        _fail(st, what, f"{st.name} is an output: its layout is the caller's array", d.span)
+    dims = [iv.var.name for iv in st.data]
+    if d.axis not in dims:
+        _fail(st, what, f"{d.axis} is not a dimension of {st.name} (dimensions: "
+              f"{', '.join(dims) or 'none'})", d.span)
+    dim = dims.index(d.axis)
+    if dim == len(dims) - 1:
+        _fail(st, what, "the innermost dimension has stride 1; align the one outside it to "
+              "pad rows", d.span)
+    factor = _int(d.factor, st, what, "factor", d.span)
+    offset = _int(d.offset, st, what, "offset", d.span, low=0)
+    if offset >= factor:
+        _fail(st, what, f"the offset {offset} must be less than the factor {factor}", d.span)
+    st.align[dim] = (factor, offset)
+
+
+def _tensorize(g: StageGraph, d: S.Tensorize) -> None:
+    st = _live_stage(g, d.stage, d.span)
+    what = f"tensorize {d.axis}"
+    _leaf(st, d.axis, what, d.span)
+    if not isinstance(d.intrinsic, S.TensorIntrin):
+        _fail(st, what, f"{d.intrinsic!r} is not a TensorIntrin", d.span)
+    pos = st.leaves.index(d.axis)
+    for prod, a in g.attached_at(st.name):
+        if st.leaves.index(a) >= pos:
+            _fail(st, what, f"stage {prod} is computed at {a}, inside the nest", d.span)
+    st.tensorize = (d.axis, d.intrinsic, d.span)
+
+
+_HANDLERS = {
+    S.Split: _split, S.Tile: _tile, S.Fuse: _fuse, S.Reorder: _reorder,
+    S.ComputeAt: _compute_at, S.ComputeInline: _compute_inline, S.ComputeRoot: _compute_root,
+    S.CacheRead: _cache_read, S.CacheWrite: _cache_write,
+    S.Vectorize: _annotate(ForKind.VECTORIZED, "vectorize"),
+    S.Unroll: _annotate(ForKind.UNROLLED, "unroll"),
+    S.Parallel: _annotate(ForKind.PARALLEL, "parallel"),
+    S.Bind: _annotate(ForKind.THREAD_BINDING, "bind"),
+    S.StorageAlign: _storage_align, S.Tensorize: _tensorize,
+}

@@ -1,0 +1,390 @@
+"""Loop-nest construction: a `StageGraph` becomes a `LoweredFunc` (before flattening).
+
+Before: the stage graph of `apply_schedule` (leaf loops, relations, attach points).
+After: one loop nest per root stage, producers first, inside `Allocate`s of the root
+intermediates ("global" workspaces); a stage computed at a consumer's loop ``a`` sits at the
+top of ``a``'s body inside an `Allocate` of its region ("local"). Accesses are
+multi-dimensional; an attached stage's buffer is indexed relative to its region,
+``P_local[x - min_x]``.
+
+Index identities, per stage:
+
+- a root axis is rebuilt from the leaf loops by the relations, innermost first:
+  split ``parent == outer * f + inner``; fuse ``a_n == fused % E_n``, ``a_{n-1} ==
+  (fused // E_n) % E_{n-1}``, ... ``a_1 == fused // (E_2 * ... * E_n)``;
+- an attached stage's data axis is ``x == min_x + x_rel`` where ``x_rel`` ranges over the
+  region's extent (bound inference in `infer_region`);
+- a split that may not divide its extent runs its body under ``if parent < E`` placed just
+  inside the innermost loop the condition uses; an attached stage's region may stick out of
+  the tensor, so it also gets ``0 <= x < shape`` guards (the simplifier drops proven ones).
+
+A reduction ``T[i] = sum[k](body)`` whose first reduction loop is at position ``p`` of the
+leaf order gets, inside the loops before ``p``: an init nest over the data loops after ``p``
+storing the identity, then the update nest ``T[i] = T[i] + body``. So moving a reduction
+loop outside a data loop is legal. A Reduce nested inside a bigger expression is computed
+first into a rank-0 local accumulator.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from ...errors import BuildError
+from .. import bounds as B
+from .. import te
+from ..dtypes import INDEX, is_float, to_numpy
+from ..loop_ir import (Allocate, Buffer, BufferLoad, For, ForKind, If, LoweredFunc, Seq,
+                       Stmt, Store)
+from ..simplify import ceil_div, divides, simplify
+from . import tensorize
+from .apply_schedule import FuseRel, SplitRel, StageGraph, StageState
+from .flatten import aligned_strides
+
+
+def identity(combiner: str, dtype: str) -> te.Const:
+    if combiner == "sum":
+        return te.const(0, dtype)
+    if combiner == "prod":
+        return te.const(1, dtype)
+    if dtype == "bool":
+        return te.const(combiner == "min", dtype)
+    if is_float(dtype):
+        return te.const(-np.inf if combiner == "max" else np.inf, dtype)
+    info = np.iinfo(to_numpy(dtype))
+    return te.const(int(info.min) if combiner == "max" else int(info.max), dtype)
+
+
+def combine(combiner: str, a: te.Expr, b: te.Expr) -> te.Expr:
+    if combiner in ("sum", "prod"):
+        return te.Binary("+" if combiner == "sum" else "*", a, b, a.dtype)
+    return te.Intrinsic(combiner, (a, b), a.dtype)
+
+
+def _lt(a, b) -> te.Expr:
+    return te.Compare("<", a, b)
+
+
+def _add(a, b) -> te.Expr:
+    return simplify(te.Binary("+", a, b, INDEX))
+
+
+def _seq(*stmts) -> Seq:
+    flat = []
+    for s in stmts:
+        flat.extend(s.stmts if isinstance(s, Seq) else [s])
+    return flat[0] if len(flat) == 1 else Seq(tuple(flat))
+
+
+class Access:
+    """How a stage's values are read in a scope: its buffer and, for an attached stage, the
+    region mins to subtract."""
+    __slots__ = ("buffer", "mins")
+
+    def __init__(self, buffer: Buffer, mins=None):
+        self.buffer, self.mins = buffer, mins
+
+    def index(self, indices) -> tuple:
+        if self.mins is None:
+            return tuple(indices)
+        return tuple(simplify(te.Binary("-", i, m, INDEX)) for i, m in zip(indices, self.mins))
+
+
+class Builder:
+    def __init__(self, g: StageGraph, shapes: dict[str, int] | None):
+        fn = g.fn
+        shapes = dict(shapes or {})
+        known = {v.name: v for v in fn.shape_vars}
+        for name in shapes:
+            if name not in known:
+                raise BuildError(f"{fn.name} has no shape variable {name}; shape variables "
+                                 f"are: {', '.join(known) or 'none'}")
+        self.env = {known[n]: te.Const(int(v), INDEX) for n, v in shapes.items()}
+        self.free_shape_vars = tuple(v for v in fn.shape_vars if v.name not in shapes)
+        self.g = g
+        self.used = {v.name for v in fn.shape_vars} | set(g.stages) | set(g.inputs)
+        self.attrs: dict = {}
+        self.access: dict[str, Access] = {}
+
+    def bind(self, e: te.Expr) -> te.Expr:
+        return simplify(te.substitute(e, self.env))
+
+    def fresh(self, stage: str, axis: str) -> te.Var:
+        name, n = (axis if axis not in self.used else f"{stage}.{axis}"), 1
+        while name in self.used:
+            name, n = f"{stage}.{axis}.{n}", n + 1
+        self.used.add(name)
+        return te.Var(name)
+
+    def buffer(self, name, dtype, shape, scope, align=None) -> Buffer:
+        shape = tuple(self.bind(s) for s in shape)
+        return Buffer(name, dtype, shape, scope, aligned_strides(shape, align or {}))
+
+    # ------------------------------------------------------------------------ the function
+
+    def run(self) -> LoweredFunc:
+        g, fn = self.g, self.g.fn
+        params = []
+        for t in (*fn.inputs, *fn.outputs):
+            params.append(self.buffer(t.name, t.dtype, t.shape, "global"))
+            self.access[t.name] = Access(params[-1])
+        workspaces = []
+        for name in g.live():
+            st = g.stages[name]
+            if st.attach == ("root",) and not st.is_output:
+                scope = "global" if st.scope in (None, "local") else st.scope
+                workspaces.append(self.buffer(name, st.dtype, st.shape, scope, st.align))
+                self.access[name] = Access(workspaces[-1])
+        nests = [self.stage(g.stages[n], None, {}, dict(self.access))
+                 for n in g.live() if g.stages[n].attach == ("root",)]
+        body = _seq(*nests)
+        for buf in reversed(workspaces):
+            body = Allocate(buf, body)
+        return LoweredFunc(fn.name, tuple(params), body, self.free_shape_vars,
+                           len(fn.inputs), self.attrs)
+
+    # ------------------------------------------------------------------------ one stage
+
+    def stage(self, st: StageState, region, ranges: dict, access: dict) -> Stmt:
+        """The loop nest of ``st``; ``region`` is ``[(min, extent)]`` per data dimension
+        when it is computed at a consumer's loop, ``ranges`` the enclosing loops."""
+        root_ext = {}
+        for d, iv in enumerate(st.data):
+            root_ext[iv.var.name] = region[d][1] if region else self.bind(iv.extent)
+        for iv in st.reduce:
+            root_ext[iv.var.name] = self.bind(iv.extent)
+        ext, values, guards = _derive(st, root_ext, {a: self.fresh(st.name, a)
+                                                     for a in st.leaves})
+        leaf_vars = {a: values[a] for a in st.leaves}
+        rel = [values[iv.var.name] for iv in st.data]
+        absolute = [_add(region[d][0], r) for d, r in enumerate(rel)] if region else rel
+        if region:      # the region may stick out of the tensor (a tail, a halo)
+            for d, a in enumerate(absolute):
+                if not (region[d][0] == te.Const(0, INDEX)
+                        and region[d][1] == self.bind(st.data[d].extent)):
+                    guards += [te.Compare(">=", a, te.Const(0, INDEX)),
+                               _lt(a, self.bind(st.shape[d]))]
+        sub = {iv.var: a for iv, a in zip(st.data, absolute)}
+        sub.update({iv.var: values[iv.var.name] for iv in st.reduce})
+        value = te.substitute(self.bind(_rename_reduces(st.value, self, st.name)), sub)
+        loops = [(leaf_vars[a], ext[a], *st.annotations.get(a, (ForKind.SERIAL, None)))
+                 for a in st.leaves]
+
+        # Stages computed at one of our loops: their region, buffer, and nest.
+        attach: dict[int, list] = {}
+        access = dict(access)
+        for prod, axis in self.g.attached_at(st.name):
+            pos = st.leaves.index(axis)
+            pst = self.g.stages[prod]
+            outer = dict(ranges)
+            outer.update({v: (te.Const(0, INDEX), e) for v, e, _, _ in loops[:pos + 1]})
+            reg = self.infer_region(pst, value, loops[pos + 1:], outer)
+            scope = pst.scope or "local"
+            buf = self.buffer(prod, pst.dtype, [e for _, e in reg], scope, pst.align)
+            access[prod] = Access(buf, tuple(m for m, _ in reg))
+            nest = self.stage(pst, reg, outer, access)
+            attach.setdefault(pos, []).append((buf, nest))
+
+        store = self.access[st.name] if st.name in self.access else access[st.name]
+        out_index = store.index(absolute)
+        pre, value_ir = _lower_value(value, access, self, st.name)
+        n = len(loops)
+        p = next((k for k, a in enumerate(st.leaves) if st.kind[a] == "reduce"), n)
+        t = st.leaves.index(st.tensorize[0]) if st.tensorize else None
+        if t is not None:
+            p = min(p, t)
+        positions = {v: k for k, (v, *_) in enumerate(loops)}
+
+        def place(conds, lo, hi, top=False):
+            """Guards whose innermost loop is in [lo, hi), as (cond, position - lo); with
+            ``top`` also those using none of our loops (placed outside all, -1)."""
+            out = []
+            for c in conds:
+                k = max((positions[v] for v in te.free_vars(c) if v in positions), default=-1)
+                if lo <= k < hi or (top and k < 0):
+                    out.append((c, k - lo if k >= 0 else -1))
+            return out
+
+        outer_part = place(guards, 0, p, top=True)
+        inner_att = {k - p: v for k, v in attach.items() if k >= p}
+        outer_att = {k: v for k, v in attach.items() if k < p}
+        if t is not None:
+            if place(guards, t, n) or any(k >= t for k in attach):
+                raise tensorize.error(st, "the nest below it has a tail guard or an attached "
+                                      "stage", self)
+            call = tensorize.call(st, value, absolute, loops[t:], st.leaves[t:], store, access,
+                                  self)
+            update = _nest(loops[p:t], call, place(guards, p, t), inner_att)
+        else:
+            body = Store(store.buffer, out_index, value_ir if not st.combiner else
+                         combine(st.combiner, BufferLoad(store.buffer, out_index, st.dtype),
+                                 value_ir))
+            update = _nest(loops[p:], _wrap(pre, body), place(guards, p, n), inner_att)
+        if st.combiner:
+            data_loops = [lp for lp, a in zip(loops[p:], st.leaves[p:]) if st.kind[a] == "data"]
+            data_guards = [c for c in guards if not any(
+                st.kind[a] == "reduce" for a in st.leaves if leaf_vars[a] in te.free_vars(c))]
+            k_of = {lp[0]: k for k, lp in enumerate(data_loops)}
+            init_guards = []
+            for c in data_guards:
+                ks = [k_of[v] for v in te.free_vars(c) if v in k_of]
+                if ks:
+                    init_guards.append((c, max(ks)))
+            init = _nest(data_loops, Store(store.buffer, out_index,
+                                           identity(st.combiner, st.dtype)), init_guards, {})
+            update = _seq(init, update)
+        return _nest(loops[:p], update, outer_part, outer_att)
+
+    def infer_region(self, pst: StageState, value: te.Expr, inner_loops, outer_ranges):
+        """The box of ``pst`` read by one iteration of the attach loop: the union over the
+        consumer's loads of ``pst`` of each index relaxed over the loops inside the attach
+        point (and nested reductions). Falls back to the whole dimension."""
+        inner = {v: (te.Const(0, INDEX), simplify(te.Binary("-", e, te.Const(1, INDEX), INDEX)))
+                 for v, e, _, _ in inner_loops}
+        for r in te.walk(value):
+            if isinstance(r, te.Reduce):
+                for iv in r.axes:
+                    inner[iv.var] = (te.Const(0, INDEX), _add(iv.extent, te.Const(-1, INDEX)))
+        loads = [ld for ld in te.loads(value) if ld.tensor.name == pst.name]
+        ctx = B.Ctx()
+        for v, (lo, e) in outer_ranges.items():
+            ctx = ctx.with_loop(v, lo, e)
+        region = []
+        for d in range(len(pst.shape)):
+            full = (te.Const(0, INDEX), self.bind(pst.shape[d]))
+            boxes = [B.relax(ld.indices[d], inner) for ld in loads]
+            if not boxes or None in boxes:
+                region.append(full)
+                continue
+            lo, hi = boxes[0]
+            for lo2, hi2 in boxes[1:]:
+                lo = simplify(te.Intrinsic("min", (lo, lo2), INDEX))
+                hi = simplify(te.Intrinsic("max", (hi, hi2), INDEX))
+            ext = simplify(te.Binary("+", te.Binary("-", hi, lo, INDEX), te.Const(1, INDEX),
+                                     INDEX))
+            if te.free_vars(ext) - set(self.free_shape_vars):
+                top = B.bounds(ext, ctx)[1]      # depends on outer loops: its largest value
+                if top is None:
+                    region.append(full)
+                    continue
+                ext = te.Const(top, INDEX)
+            if isinstance(ext, te.Const) and isinstance(full[1], te.Const) \
+                    and ext.value >= full[1].value:
+                region.append(full)
+            else:
+                region.append((lo, ext))
+        return region
+
+
+def _derive(st: StageState, root_ext: dict, leaf_vars: dict):
+    """Leaf extents, every axis' value in terms of the leaf vars, and the split guards."""
+    ext = dict(root_ext)
+    for r in st.relations:
+        if isinstance(r, SplitRel):
+            ext[r.outer] = ceil_div(ext[r.parent], r.factor)
+            ext[r.inner] = te.Const(r.factor, INDEX)
+        else:
+            prod = te.Const(1, INDEX)
+            for a in r.axes:
+                prod = te.Binary("*", prod, ext[a], INDEX)
+            ext[r.fused] = simplify(prod)
+    values: dict[str, te.Expr] = dict(leaf_vars)
+    guards = []
+    for r in reversed(st.relations):
+        if isinstance(r, SplitRel):
+            # parent == outer * f + inner; guard when f may not divide the parent's extent
+            values[r.parent] = simplify(te.Binary("+", te.Binary(
+                "*", values[r.outer], te.Const(r.factor, INDEX), INDEX), values[r.inner], INDEX))
+            if not divides(r.factor, ext[r.parent]):
+                guards.append(_lt(values[r.parent], ext[r.parent]))
+        else:
+            assert isinstance(r, FuseRel)
+            f, stride = values[r.fused], te.Const(1, INDEX)
+            for k, a in enumerate(reversed(r.axes)):
+                q = simplify(te.Binary("//", f, stride, INDEX))
+                last = k == len(r.axes) - 1      # the outermost needs no modulo: f < prod
+                values[a] = q if last else simplify(te.Binary("%", q, ext[a], INDEX))
+                stride = simplify(te.Binary("*", stride, ext[a], INDEX))
+    return ext, values, guards
+
+
+def _nest(loops, body: Stmt, guards, attach: dict) -> Stmt:
+    """Wrap ``body`` in ``loops`` (outermost first). A guard at position ``k`` goes just
+    inside loop ``k`` (-1: outside all); stages attached at ``k`` come first in its body."""
+    stmt = body
+    for k in range(len(loops) - 1, -2, -1):
+        if k >= 0 and k in attach:
+            for buf, nest in reversed(attach[k]):
+                stmt = Allocate(buf, _seq(nest, stmt))
+        conds = [c for c, pos in guards if pos == k]
+        if conds:
+            stmt = If(B.conjoin(conds), stmt)
+        if k >= 0:
+            var, extent, kind, tag = loops[k]
+            stmt = For(var, te.Const(0, INDEX), extent, kind, stmt, tag)
+    return stmt
+
+
+def _wrap(pre, stmt):
+    for buf, s in reversed(pre):
+        stmt = Allocate(buf, _seq(s, stmt))
+    return stmt
+
+
+def _rename_reduces(e: te.Expr, b: Builder, stage: str) -> te.Expr:
+    """Give every nested Reduce's axes fresh, function-unique variables."""
+    def post(n):
+        if not isinstance(n, te.Reduce):
+            return None
+        axes = tuple(te.IterVar(b.fresh(stage, iv.var.name), iv.extent, iv.kind)
+                     for iv in n.axes)
+        body = te.substitute(n.body, {old.var: new.var for old, new in zip(n.axes, axes)})
+        return te.Reduce(n.combiner, body, axes, n.dtype)
+    return te.rewrite(e, post)
+
+
+def _lower_value(e: te.Expr, access: dict, b: Builder, stage: str):
+    """``(prelude, expr)``: nested Reduces computed into rank-0 local accumulators by the
+    prelude ``[(buffer, stmt)]``; te Loads turned into BufferLoads."""
+    pre = []
+
+    def top(n):
+        if isinstance(n, te.Reduce):
+            inner_pre, body = _lower_value(n.body, access, b, stage)
+            acc = Buffer(b.fresh(stage, "acc").name, n.dtype, (), "local")
+            cur = BufferLoad(acc, (), n.dtype)
+            update = _wrap(inner_pre, Store(acc, (), combine(n.combiner, cur, body)))
+            loops = [(iv.var, iv.extent, ForKind.SERIAL, None) for iv in n.axes]
+            pre.append((acc, _seq(Store(acc, (), identity(n.combiner, n.dtype)),
+                                  _nest(loops, update, [], {}))))
+            return cur
+        if isinstance(n, te.Load):
+            acc = access[n.tensor.name]
+            idx = tuple(_lower_value(i, access, b, stage)[1] for i in n.indices)
+            return BufferLoad(acc.buffer, acc.index(idx), n.dtype)
+        return None
+    out = _topdown(e, top)
+    return pre, out
+
+
+def _topdown(e: te.Expr, fn):
+    """Rewrite top-down: ``fn(n)`` replaces a node (not entered), else recurse."""
+    out = fn(e)
+    if out is not None:
+        return out
+    changes = {}
+    for f in dataclasses.fields(e):
+        v = getattr(e, f.name)
+        if isinstance(v, te.Expr):
+            nv = _topdown(v, fn)
+        elif isinstance(v, tuple) and v and isinstance(v[0], te.Expr):
+            nv = tuple(_topdown(x, fn) for x in v)
+        else:
+            continue
+        if nv is not v:
+            changes[f.name] = nv
+    return dataclasses.replace(e, **changes) if changes else e
+
+
+def run(g: StageGraph, shapes: dict[str, int] | None = None) -> LoweredFunc:
+    return Builder(g, shapes).run()

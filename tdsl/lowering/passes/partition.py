@@ -1,0 +1,124 @@
+"""Loop partition for tails that stop vectorization.
+
+Before: a split of ``j`` by ``f`` that may not divide ``N`` leaves a guard
+``j.o * f + j.i < N`` inside the vectorized ``j.i`` loop, so the loop body is not
+straight-line and cannot become vector code.
+After: the loop over ``j.o`` (any loop enclosing the vectorized one whose variable appears
+in the guard with coefficient ``f``, the rest of the guard's left side ranging over
+``[0, f)``) is split at ``P == N // f``::
+
+    for j.o in [0, P):      ...body without the guard...     # j.o*f + j.i <= P*f - 1 < N
+    for j.o in [P, E):      ...body with the guard...        # the tail
+
+Only guards that mention a vectorized loop's variable are partitioned on (elsewhere a guard
+costs a compare per iteration, not a lost vectorization). After this pass, run the
+simplifier: the tail of a constant-extent loop usually has one iteration.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from .. import te
+from ..bounds import Ctx, bounds, conjoin, conjuncts, prove
+from ..dtypes import INDEX
+from ..loop_ir import For, ForKind, If, LoweredFunc, Seq, Stmt, rewrite_stmt
+from ..simplify import Lin, from_linear, linear, simplify
+
+
+def run(func: LoweredFunc) -> LoweredFunc:
+    return dataclasses.replace(func, body=_visit(func.body))
+
+
+def _visit(s: Stmt) -> Stmt:
+    def post(n):
+        return _partition(n) if isinstance(n, For) else None
+    return rewrite_stmt(s, post=post)
+
+
+def _candidates(loop: For):
+    """(conjunct, split point) pairs for guards below ``loop`` that mention a vectorized
+    loop variable and have the shape ``loop.var * f + r < B`` with ``0 <= r < f``."""
+    out = []
+
+    def scan(s: Stmt, inner: list, vec: set):
+        match s:
+            case For(var, mn, ext, kind, body, _):
+                scan(body, inner + [(var, mn, ext)],
+                     vec | {var} if kind is ForKind.VECTORIZED else vec)
+            case If(c, then, orelse):
+                for part in conjuncts(c):
+                    if vec & te.free_vars(part):
+                        p = _split_point(part, loop.var, inner)
+                        if p is not None:
+                            out.append((part, p))
+                scan(then, inner, vec)
+                if orelse is not None:
+                    scan(orelse, inner, vec)
+            case _:
+                for f in dataclasses.fields(s):
+                    v = getattr(s, f.name)
+                    if isinstance(v, Stmt):
+                        scan(v, inner, vec)
+                    elif isinstance(v, tuple):
+                        for x in v:
+                            if isinstance(x, Stmt):
+                                scan(x, inner, vec)
+    scan(loop.body, [], set())
+    return out
+
+
+def _split_point(c: te.Expr, v: te.Var, inner: list) -> te.Expr | None:
+    if not (isinstance(c, te.Compare) and c.op == "<" and c.a.dtype == INDEX):
+        return None
+    lin = linear(simplify(c.a)) - linear(simplify(c.b))     # guard: lin < 0
+    f = lin.terms.get(v, 0)
+    if f <= 0:
+        return None
+    inner_vars = {w for w, _, _ in inner}
+    r, rest = Lin(), Lin({}, lin.const)
+    for atom, k in lin.terms.items():
+        if atom == v:
+            continue
+        fv = te.free_vars(atom)
+        if fv & inner_vars:
+            if not fv <= inner_vars:
+                return None
+            r = r + Lin({atom: k})
+        else:
+            if v in fv:
+                return None
+            rest = rest + Lin({atom: k})
+    ctx = Ctx()
+    for w, mn, ext in inner:
+        ctx = ctx.with_loop(w, mn, ext)
+    lo, hi = bounds(from_linear(r), ctx)
+    if lo is None or hi is None or lo < 0 or hi >= f:
+        return None
+    # v*f + r + rest < 0 for every r in [0, f) iff v < (-rest) // f
+    return simplify(te.Binary("//", from_linear(rest.scale(-1)), te.Const(f, INDEX), INDEX))
+
+
+def _partition(loop: For) -> Stmt | None:
+    if loop.kind is ForKind.VECTORIZED:
+        return None
+    cands = _candidates(loop)
+    if not cands:
+        return None
+    part, p = cands[0]
+    mn, end = loop.min, simplify(te.Binary("+", loop.min, loop.extent, INDEX))
+    ctx = Ctx()
+    inside = prove(te.Logical("and", te.Compare("<=", mn, p), te.Compare("<=", p, end)), ctx)
+    if not inside:     # clamp the split point into the loop's range
+        p = simplify(te.Intrinsic("max", (mn, te.Intrinsic("min", (p, end), INDEX)), INDEX))
+
+    def drop(n):
+        if isinstance(n, If):
+            kept = [x for x in conjuncts(n.cond) if x != part]
+            if len(kept) != len(conjuncts(n.cond)):
+                return If(conjoin(kept), n.then, n.orelse)
+        return None
+    main_body = rewrite_stmt(loop.body, post=drop)
+    main = dataclasses.replace(loop, extent=simplify(te.Binary("-", p, mn, INDEX)),
+                               body=main_body)
+    tail = dataclasses.replace(loop, min=p, extent=simplify(te.Binary("-", end, p, INDEX)))
+    return Seq((main, tail))

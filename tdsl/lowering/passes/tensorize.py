@@ -1,0 +1,131 @@
+"""Tensorize: replace the loops from an axis inward by a call of a micro-kernel.
+
+A helper of `build_nests` (not a pipeline pass: the match is made on the stage's tensor
+expression, where it is easiest to state). The loops below the axis match the intrinsic when
+
+- their data loops, in order, have the extents of the intrinsic's data axes, and their
+  reduction loops those of its reduction axes (same combiner);
+- the stage's expression equals the intrinsic's with its axis variables renamed to those
+  loops, node for node, except that each index may differ by an *offset* that does not use
+  the renamed loops: stage index ``== offset + intrinsic index``. The offsets of a tensor
+  are where the kernel's view of it starts.
+
+The call passes, for each intrinsic input in order and then the output, ``&buf[offset]``
+followed by the buffer's strides (in elements), as `TensorIntrin` documents. The C source
+goes to ``attrs["extern_sources"][name]``; the intrinsic itself to
+``attrs["tensor_intrinsics"][name]`` (the interpreter runs it from there).
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from ...errors import ScheduleError
+from .. import te
+from ..dtypes import INDEX
+from ..loop_ir import AddressOf, Call, Evaluate
+from ..simplify import simplify
+from .flatten import flat_index, strides_of
+
+
+class _Mismatch(Exception):
+    pass
+
+
+def error(st, why: str, b=None) -> ScheduleError:
+    axis, intrin, span = st.tensorize
+    return ScheduleError(f"In schedule of {st.name}, can't tensorize {axis} with "
+                         f"{intrin.name}: {why}; loops are: {st.loops()}", span)
+
+
+def call(st, value: te.Expr, out_index, loops, axes, store, access: dict, b) -> Evaluate:
+    """The `Evaluate(Call)` replacing ``loops`` (``(var, extent, kind, tag)``, outermost
+    first, of leaf axes ``axes``); ``value`` is the stage's (reduction body) expression over
+    the loop variables, ``out_index`` the index it is stored at."""
+    _, intrin, _ = st.tensorize
+    fn = intrin.compute
+    if len(fn.outputs) != 1 or fn.outputs[0].is_placeholder:
+        raise error(st, "the intrinsic must compute exactly one tensor")
+    out = fn.outputs[0]
+    body, combiner, raxes = out.op.body, None, ()
+    if isinstance(body, te.Reduce):
+        body, combiner, raxes = body.body, body.combiner, body.axes
+    if combiner != st.combiner:
+        raise error(st, f"the intrinsic is a {combiner or 'plain'} computation, the stage a "
+                        f"{st.combiner or 'plain'} one")
+    data = [lp for lp, a in zip(loops, axes) if st.kind[a] == "data"]
+    red = [lp for lp, a in zip(loops, axes) if st.kind[a] == "reduce"]
+    if len(data) != len(out.op.axes) or len(red) != len(raxes):
+        raise error(st, f"the nest below has {len(data)} data and {len(red)} reduction loops, "
+                        f"the intrinsic {len(out.op.axes)} and {len(raxes)}")
+    rename = {}
+    for (v, ext, _, _), iv in zip(data + red, (*out.op.axes, *raxes)):
+        if simplify(ext) != simplify(iv.extent):
+            raise error(st, f"loop {v.name} has extent {ext}, the intrinsic's axis "
+                            f"{iv.var.name} has {iv.extent}")
+        rename[iv.var] = v
+    inner = set(rename.values())
+    m = _Matcher(inner)
+    try:
+        m.match(value, simplify(te.substitute(body, rename)))
+        out_off = [m.offset(s, te.substitute(iv.var, rename))
+                   for s, iv in zip(out_index, out.op.axes)]
+    except _Mismatch as e:
+        raise error(st, f"the loop nest does not compute what the intrinsic does ({e})")
+    args = []
+    for t in fn.inputs:
+        if t.name not in m.tensors:
+            raise error(st, f"the stage reads nothing where the intrinsic reads {t.name}")
+        acc = access[m.tensors[t.name]]
+        args += _pointer(acc, m.offsets[t.name])
+    args += _pointer(store, out_off)
+    b.attrs.setdefault("extern_sources", {})[intrin.name] = intrin.c_impl
+    b.attrs.setdefault("tensor_intrinsics", {})[intrin.name] = intrin
+    return Evaluate(Call(intrin.name, tuple(args)))
+
+
+def _pointer(acc, offsets) -> list:
+    idx = acc.index(offsets)
+    return [AddressOf(acc.buffer, flat_index(acc.buffer, idx)), *strides_of(acc.buffer)]
+
+
+class _Matcher:
+    def __init__(self, inner: set):
+        self.inner = inner
+        self.tensors: dict[str, str] = {}            # intrinsic tensor -> stage tensor
+        self.offsets: dict[str, list] = {}
+
+    def offset(self, s: te.Expr, i: te.Expr) -> te.Expr:
+        d = simplify(te.Binary("-", s, i, INDEX))
+        if te.free_vars(d) & self.inner:
+            raise _Mismatch(f"index {s} is not {i} plus an offset")
+        return d
+
+    def match(self, s: te.Expr, i: te.Expr) -> None:
+        if isinstance(i, te.Load):
+            if not isinstance(s, te.Load) or len(s.indices) != len(i.indices):
+                raise _Mismatch(f"{s} is not a load like {i}")
+            name = i.tensor.name
+            if self.tensors.setdefault(name, s.tensor.name) != s.tensor.name:
+                raise _Mismatch(f"{name} stands for both {self.tensors[name]} and "
+                                f"{s.tensor.name}")
+            offs = [self.offset(a, c) for a, c in zip(s.indices, i.indices)]
+            if self.offsets.setdefault(name, offs) != offs:
+                raise _Mismatch(f"{name} is read at two different offsets")
+            return
+        if type(s) is not type(i) or isinstance(i, te.Reduce):
+            raise _Mismatch(f"{s} vs {i}")
+        if isinstance(i, te.Var):
+            if s != i:
+                raise _Mismatch(f"{s} vs {i}")
+            return
+        for f in dataclasses.fields(i):
+            a, c = getattr(s, f.name), getattr(i, f.name)
+            if isinstance(c, te.Expr):
+                self.match(a, c)
+            elif isinstance(c, tuple) and c and isinstance(c[0], te.Expr):
+                if len(a) != len(c):
+                    raise _Mismatch(f"{s} vs {i}")
+                for x, y in zip(a, c):
+                    self.match(x, y)
+            elif a != c:
+                raise _Mismatch(f"{s} vs {i}")

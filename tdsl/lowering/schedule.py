@@ -1,0 +1,370 @@
+"""Schedules as data: an immutable tuple of directives applied to a `te.Function` when lowering.
+
+Stages are named by their tensor's name; axes by strings. A stage starts with its data axes
+(the Compute axes' var names) followed by the axes of a top-level reduction, in that order,
+and each directive changes that list of loops. New axes get the names the user gives, or
+``i.o``/``i.i`` for a split of ``i``, ``i.j.f`` for a fuse of ``i`` and ``j`` (the C emitter
+turns them into identifiers). Cache stages are named ``A.local`` (tensor, scope).
+
+Numbers in directives may be ``Knob("ti")`` references to a ``KnobDecl`` of the schedule;
+`Schedule.resolve` fills them in from a tuner configuration, or from the defaults.
+
+The directives, and the loop nest each makes (``i`` of extent ``E``):
+
+- ``Split(C, i, f)``: ``for i.o in [0, ceil(E/f)): for i.i in [0, f)`` with
+  ``i == i.o * f + i.i``; when ``f`` does not divide ``E`` the body runs under
+  ``if i.o * f + i.i < E`` (and the tail pass partitions the loop when the guard would stop
+  vectorization).
+- ``Tile(C, x, y, fx, fy)``: split both, then order ``x.o, y.o, x.i, y.i``.
+- ``Fuse(C, (i, j))``: ``for i.j.f in [0, Ei * Ej)`` with ``i == f // Ej``, ``j == f % Ej``;
+  the axes must be adjacent loops of one kind.
+- ``Reorder(C, axes)``: the named loops take, in the order given, the positions they hold.
+  A reduction loop may move outside a data loop: the output is initialised before the first
+  reduction loop, so the accumulation order is all that changes.
+- ``ComputeAt(P, C, a)``: P is computed inside loop ``a`` of its only consumer C, for the
+  region one iteration of ``a`` needs (bound inference), in a local buffer.
+- ``ComputeInline(P)``: P's expression is substituted into its readers.
+- ``ComputeRoot(P)``: P gets its own loop nest and a global workspace (the default).
+- ``CacheRead(T, scope, readers)``: a new stage ``T.scope[...] = T[...]`` read by ``readers``.
+- ``CacheWrite(C, scope)``: C's computation moves to a new stage ``C.scope``; C copies it.
+  Must come before C's loops are transformed.
+- ``Vectorize``/``Unroll``/``Parallel``/``Bind``: the loop's kind. Vectorizing or
+  parallelizing a reduction loop is refused (lanes/threads would race on the accumulator).
+  A vectorized loop whose extent is not a compile-time constant, or whose body is not
+  straight-line stores, stays a loop of kind VECTORIZED for the emitter to pragma.
+- ``StorageAlign(P, i, factor, offset)``: the stride of P's dimension ``i`` becomes the
+  smallest ``k * factor + offset`` at least the dense stride (pads rows; not the last axis).
+- ``Tensorize(C, a, intrin)``: the loops from ``a`` inward are replaced by a call of the
+  intrinsic's micro-kernel; see `TensorIntrin`.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+from ..errors import ScheduleError, Span
+from . import te
+
+
+@dataclass(frozen=True)
+class Knob:
+    """A reference to a tunable number, resolved against a configuration."""
+    name: str
+    span: Span | None = field(default=None, compare=False)
+
+
+@dataclass(frozen=True)
+class KnobDecl:
+    """``knob ti in [8, 16, 32]``: a tunable with its choices; ``default`` is used without a
+    configuration (the first choice when not given)."""
+    name: str
+    choices: tuple
+    default: object = None
+    span: Span | None = field(default=None, compare=False)
+
+    def __post_init__(self):
+        object.__setattr__(self, "choices", tuple(self.choices))
+        if not self.choices:
+            raise ScheduleError(f"knob {self.name} has no choices", self.span)
+        if self.default is None:
+            object.__setattr__(self, "default", self.choices[0])
+        elif self.default not in self.choices:
+            raise ScheduleError(f"default {self.default!r} of knob {self.name} is not one of "
+                                f"its choices {list(self.choices)}", self.span)
+
+
+@dataclass(frozen=True, eq=False)
+class TensorIntrin:
+    """A micro-kernel that replaces a loop nest.
+
+    ``compute`` describes what the nest computes: one output, e.g. ``c[i] = sum[k](a[k] *
+    b[k, i])`` over fixed extents. ``c_impl`` is C source defining ``void name(...)`` taking,
+    for each input of ``compute`` in order and then the output, a pointer to its first
+    element followed by one ``int64_t`` stride (in elements) per dimension. For a reduction
+    the kernel *accumulates* into the output (``c[i] += ...``): the stage's own init loop
+    has already set it to the identity.
+    """
+    name: str
+    compute: te.Function
+    c_impl: str
+
+
+# ---------------------------------------------------------------------------- directives
+
+def _span():
+    return field(default=None, compare=False)
+
+
+@dataclass(frozen=True)
+class Split:
+    stage: str
+    axis: str
+    factor: int | Knob
+    outer: str | None = None
+    inner: str | None = None
+    span: Span | None = _span()
+
+    def __post_init__(self):
+        _default(self, "outer", f"{self.axis}.o")
+        _default(self, "inner", f"{self.axis}.i")
+
+
+@dataclass(frozen=True)
+class Tile:
+    stage: str
+    x: str
+    y: str
+    fx: int | Knob
+    fy: int | Knob
+    xo: str | None = None
+    yo: str | None = None
+    xi: str | None = None
+    yi: str | None = None
+    span: Span | None = _span()
+
+    def __post_init__(self):
+        for name, axis, part in (("xo", self.x, "o"), ("yo", self.y, "o"),
+                                 ("xi", self.x, "i"), ("yi", self.y, "i")):
+            _default(self, name, f"{axis}.{part}")
+
+
+@dataclass(frozen=True)
+class Fuse:
+    stage: str
+    axes: tuple[str, ...]
+    fused: str | None = None
+    span: Span | None = _span()
+
+    def __post_init__(self):
+        object.__setattr__(self, "axes", tuple(self.axes))
+        _default(self, "fused", ".".join(self.axes) + ".f")
+
+
+@dataclass(frozen=True)
+class Reorder:
+    stage: str
+    axes: tuple[str, ...]
+    span: Span | None = _span()
+
+    def __post_init__(self):
+        object.__setattr__(self, "axes", tuple(self.axes))
+
+
+@dataclass(frozen=True)
+class ComputeAt:
+    stage: str
+    consumer: str
+    axis: str
+    span: Span | None = _span()
+
+
+@dataclass(frozen=True)
+class ComputeInline:
+    stage: str
+    span: Span | None = _span()
+
+
+@dataclass(frozen=True)
+class ComputeRoot:
+    stage: str
+    span: Span | None = _span()
+
+
+@dataclass(frozen=True)
+class CacheRead:
+    tensor: str
+    scope: str
+    readers: tuple[str, ...] = ()          # () = every stage that reads the tensor
+    name: str | None = None
+    span: Span | None = _span()
+
+    def __post_init__(self):
+        object.__setattr__(self, "readers", tuple(self.readers))
+        _default(self, "name", f"{self.tensor}.{self.scope}")
+
+
+@dataclass(frozen=True)
+class CacheWrite:
+    stage: str
+    scope: str
+    name: str | None = None
+    span: Span | None = _span()
+
+    def __post_init__(self):
+        _default(self, "name", f"{self.stage}.{self.scope}")
+
+
+@dataclass(frozen=True)
+class Vectorize:
+    stage: str
+    axis: str
+    span: Span | None = _span()
+
+
+@dataclass(frozen=True)
+class Unroll:
+    stage: str
+    axis: str
+    span: Span | None = _span()
+
+
+@dataclass(frozen=True)
+class Parallel:
+    stage: str
+    axis: str
+    span: Span | None = _span()
+
+
+@dataclass(frozen=True)
+class Bind:
+    stage: str
+    axis: str
+    thread_tag: str
+    span: Span | None = _span()
+
+
+@dataclass(frozen=True)
+class StorageAlign:
+    stage: str
+    axis: str
+    factor: int | Knob
+    offset: int | Knob = 0
+    span: Span | None = _span()
+
+
+@dataclass(frozen=True)
+class Tensorize:
+    stage: str
+    axis: str
+    intrinsic: TensorIntrin
+    span: Span | None = _span()
+
+
+DIRECTIVES = (Split, Tile, Fuse, Reorder, ComputeAt, ComputeInline, ComputeRoot, CacheRead,
+              CacheWrite, Vectorize, Unroll, Parallel, Bind, StorageAlign, Tensorize)
+SCOPES = ("global", "shared", "local")
+THREAD_TAGS = ("blockIdx.x", "blockIdx.y", "blockIdx.z", "threadIdx.x", "threadIdx.y",
+               "threadIdx.z", "vthread")
+
+
+def _default(d, name: str, value: str) -> None:
+    if getattr(d, name) is None:
+        object.__setattr__(d, name, value)
+
+
+# ---------------------------------------------------------------------------- the schedule
+
+@dataclass(frozen=True)
+class Schedule:
+    """A function's schedule: directives in order, and the knobs they may refer to.
+
+    Every method returns a new Schedule (``s2 = s.split("C", "i", 8)``); nothing is checked
+    until the schedule is applied by `tdsl.lowering.lower.lower`, which raises
+    `ScheduleError` at the first illegal directive.
+    """
+    fn: te.Function
+    directives: tuple = ()
+    knobs: tuple[KnobDecl, ...] = ()
+
+    @staticmethod
+    def from_directives(fn: te.Function, directives, knobs=()) -> "Schedule":
+        return Schedule(fn, tuple(directives), tuple(knobs))
+
+    def _with(self, d) -> "Schedule":
+        return dataclasses.replace(self, directives=self.directives + (d,))
+
+    def knob(self, name: str, choices, default=None, span: Span | None = None) -> "Schedule":
+        if any(k.name == name for k in self.knobs):
+            raise ScheduleError(f"knob {name} is declared twice", span)
+        decl = KnobDecl(name, tuple(choices), default, span)
+        return dataclasses.replace(self, knobs=self.knobs + (decl,))
+
+    def split(self, stage, axis, factor, outer=None, inner=None, span=None) -> "Schedule":
+        return self._with(Split(stage, axis, factor, outer, inner, span))
+
+    def tile(self, stage, x, y, fx, fy, xo=None, yo=None, xi=None, yi=None,
+             span=None) -> "Schedule":
+        return self._with(Tile(stage, x, y, fx, fy, xo, yo, xi, yi, span))
+
+    def fuse(self, stage, *axes, fused=None, span=None) -> "Schedule":
+        if len(axes) == 1 and isinstance(axes[0], (tuple, list)):
+            axes = tuple(axes[0])
+        return self._with(Fuse(stage, tuple(axes), fused, span))
+
+    def reorder(self, stage, *axes, span=None) -> "Schedule":
+        if len(axes) == 1 and isinstance(axes[0], (tuple, list)):
+            axes = tuple(axes[0])
+        return self._with(Reorder(stage, tuple(axes), span))
+
+    def compute_at(self, stage, consumer, axis, span=None) -> "Schedule":
+        return self._with(ComputeAt(stage, consumer, axis, span))
+
+    def compute_inline(self, stage, span=None) -> "Schedule":
+        return self._with(ComputeInline(stage, span))
+
+    def compute_root(self, stage, span=None) -> "Schedule":
+        return self._with(ComputeRoot(stage, span))
+
+    def cache_read(self, tensor, scope, readers=(), name=None, span=None) -> "Schedule":
+        if isinstance(readers, str):
+            readers = (readers,)
+        return self._with(CacheRead(tensor, scope, tuple(readers), name, span))
+
+    def cache_write(self, stage, scope, name=None, span=None) -> "Schedule":
+        return self._with(CacheWrite(stage, scope, name, span))
+
+    def vectorize(self, stage, axis, span=None) -> "Schedule":
+        return self._with(Vectorize(stage, axis, span))
+
+    def unroll(self, stage, axis, span=None) -> "Schedule":
+        return self._with(Unroll(stage, axis, span))
+
+    def parallel(self, stage, axis, span=None) -> "Schedule":
+        return self._with(Parallel(stage, axis, span))
+
+    def bind(self, stage, axis, thread_tag, span=None) -> "Schedule":
+        return self._with(Bind(stage, axis, thread_tag, span))
+
+    def storage_align(self, stage, axis, factor, offset=0, span=None) -> "Schedule":
+        return self._with(StorageAlign(stage, axis, factor, offset, span))
+
+    def tensorize(self, stage, axis, intrinsic: TensorIntrin, span=None) -> "Schedule":
+        return self._with(Tensorize(stage, axis, intrinsic, span))
+
+    # -------------------------------------------------------------------- knobs
+
+    def default_config(self) -> dict:
+        return {k.name: k.default for k in self.knobs}
+
+    def resolve(self, config: dict | None = None) -> tuple:
+        """The directives with every `Knob` replaced by its value in ``config`` (defaults
+        for knobs the configuration leaves out)."""
+        decls = {k.name: k for k in self.knobs}
+        config = dict(config or {})
+        for name, value in config.items():
+            if name not in decls:
+                raise ScheduleError(f"the configuration sets knob {name}, which the schedule "
+                                    f"does not declare; knobs are: {_names(decls)}")
+            if value not in decls[name].choices:
+                raise ScheduleError(f"the configuration sets knob {name} to {value!r}, which "
+                                    f"is not one of its choices {list(decls[name].choices)}",
+                                    decls[name].span)
+        values = {n: config.get(n, k.default) for n, k in decls.items()}
+        return tuple(_fill_knobs(d, values) for d in self.directives)
+
+
+def _names(d) -> str:
+    return ", ".join(d) if d else "(none)"
+
+
+def _fill_knobs(d, values: dict):
+    changes = {}
+    for f in dataclasses.fields(d):
+        v = getattr(d, f.name)
+        if isinstance(v, Knob):
+            if v.name not in values:
+                raise ScheduleError(f"knob {v.name} is not declared; knobs are: "
+                                    f"{_names(values)}", v.span or d.span,
+                                    hint=f"declare it with `knob {v.name} in [...]`")
+            changes[f.name] = values[v.name]
+    return dataclasses.replace(d, **changes) if changes else d

@@ -1,0 +1,347 @@
+"""Arithmetic simplification of expressions: linear normal forms plus rewrite rules.
+
+Index expressions (dtype ``i64``) are brought to a *linear form* ``sum(c_k * atom_k) + c0``
+where an atom is a variable or a sub-expression the form cannot open (``x // 4``, ``x % 4``,
+``min(a, b)``, a load). Two index expressions with the same form are equal for all values, so
+``(io * 8 + ii) - io * 8`` becomes ``ii`` and bound inference can cancel terms.
+
+Floor identities used (exact for all integers, ``c > 0``):
+
+- ``(c * q + r) // c == q + r // c`` and ``(c * q + r) % c == r % c``
+- ``c * (x // c) == x - x % c``  (so a fused-then-split index ``(f // 4) * 4 + f % 4 == f``)
+- ``(x // a) // b == x // (a * b)``
+
+Every other rule is a plain function using ``match``, with one comment; `simplify` applies
+them bottom-up until nothing changes, and raises after `MAX_ROUNDS` (a rule that undoes
+another would otherwise loop forever). ``bound`` is an optional callback giving numeric
+bounds ``(lo, hi)`` (either may be None) of an index expression in context (loop ranges);
+rules that need a range (``x % c -> x`` when ``0 <= x < c``) use it.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+from . import te
+from .dtypes import INDEX, is_float, to_numpy
+from .loop_ir import BufferLoad
+
+MAX_ROUNDS = 16
+Bound = Callable[[te.Expr], tuple]
+
+
+# ---------------------------------------------------------------------------- linear forms
+
+class Lin:
+    """``sum(coef * atom) + const`` over index atoms; immutable by convention."""
+    __slots__ = ("terms", "const")
+
+    def __init__(self, terms: dict | None = None, const: int = 0):
+        self.terms = {a: c for a, c in (terms or {}).items() if c != 0}
+        self.const = const
+
+    def __add__(self, o: "Lin") -> "Lin":
+        t = dict(self.terms)
+        for a, c in o.terms.items():
+            t[a] = t.get(a, 0) + c
+        return Lin(t, self.const + o.const)
+
+    def scale(self, k: int) -> "Lin":
+        return Lin({a: c * k for a, c in self.terms.items()}, self.const * k)
+
+    def __sub__(self, o: "Lin") -> "Lin":
+        return self + o.scale(-1)
+
+    @property
+    def is_const(self) -> bool:
+        return not self.terms
+
+    def __repr__(self) -> str:
+        return f"Lin({self.terms}, {self.const})"
+
+
+def is_index(e: te.Expr) -> bool:
+    return e.dtype == INDEX
+
+
+def linear(e: te.Expr) -> Lin:
+    """The linear form of an index expression (atoms are left as they are)."""
+    match e:
+        case te.Const(v):
+            return Lin({}, int(v))
+        case te.Binary("+", a, b):
+            return linear(a) + linear(b)
+        case te.Binary("-", a, b):
+            return linear(a) - linear(b)
+        case te.Binary("*", a, b):
+            la, lb = linear(a), linear(b)
+            if lb.is_const:
+                return la.scale(lb.const)
+            if la.is_const:
+                return lb.scale(la.const)
+        case te.Unary("-", a):
+            return linear(a).scale(-1)
+    return Lin({e: 1})
+
+
+def _atom_key(a: te.Expr):
+    # Variables first, by name; then other atoms by their (deterministic) repr.
+    return (0, a.name, "") if isinstance(a, te.Var) else (1, type(a).__name__, repr(a))
+
+
+def from_linear(lin: Lin, dtype: str = INDEX) -> te.Expr:
+    """Rebuild a canonical expression: terms in `_atom_key` order, constant last."""
+    out: te.Expr | None = None
+    for atom in sorted(lin.terms, key=_atom_key):
+        c = lin.terms[atom]
+        mag = abs(c) if out is not None else c
+        term = atom if mag == 1 else te.Binary("*", atom, te.Const(mag, dtype), dtype)
+        if out is None:
+            out = term
+        else:
+            out = te.Binary("-" if c < 0 else "+", out, term, dtype)
+    if out is None:
+        return te.Const(lin.const, dtype)
+    if lin.const:
+        op = "-" if lin.const < 0 else "+"
+        out = te.Binary(op, out, te.Const(abs(lin.const), dtype), dtype)
+    return out
+
+
+def _expand_floor_multiples(lin: Lin) -> Lin:
+    """``k * (x // c)`` with ``c | k`` -> ``(k / c) * (x - x % c)``, when that cancels terms
+    (``4 * (f // 4) + f % 4 -> f``); otherwise the floor term is the tighter one to bound."""
+    for atom, k in list(lin.terms.items()):
+        match atom:
+            case te.Binary("//", x, te.Const(c)) if c > 0 and k % c == 0:
+                m = k // c
+                rest = Lin({a: v for a, v in lin.terms.items() if a is not atom}, lin.const)
+                mod = te.Binary("%", x, te.Const(c, INDEX), INDEX)
+                out = rest + linear(x).scale(m) + Lin({mod: -m})
+                if len(out.terms) < len(lin.terms):
+                    return _expand_floor_multiples(out)
+    return lin
+
+
+def normalize(e: te.Expr) -> te.Expr:
+    return from_linear(_expand_floor_multiples(linear(e)), e.dtype)
+
+
+# ---------------------------------------------------------------------------- rules
+
+def _int(e: te.Expr) -> int | None:
+    return int(e.value) if isinstance(e, te.Const) and not is_float(e.dtype) else None
+
+
+def _const(value, dtype: str) -> te.Const:
+    """A constant of ``dtype`` with the value wrapped/rounded as the dtype stores it."""
+    if dtype == "bool":
+        return te.Const(bool(value), dtype)
+    if dtype == INDEX:
+        return te.Const(int(value), dtype)
+    with np.errstate(all="ignore"):
+        v = to_numpy(dtype).type(value)
+    return te.Const(float(v) if is_float(dtype) else int(v), dtype)
+
+
+def _fold(op: str, a, b, dtype: str):
+    if op in ("//", "%") and not is_float(dtype) and b == 0:
+        return None                                    # leave division by zero to run time
+    with np.errstate(all="ignore"):
+        if is_float(dtype):
+            x, y = to_numpy(dtype).type(a), to_numpy(dtype).type(b)
+        else:
+            x, y = a, b
+        match op:
+            case "+": return x + y
+            case "-": return x - y
+            case "*": return x * y
+            case "/": return x / y if is_float(dtype) else None
+            case "//": return np.floor_divide(x, y) if is_float(dtype) else x // y
+            case "%": return np.mod(x, y) if is_float(dtype) else x % y
+            case "<": return a < b
+            case "<=": return a <= b
+            case ">": return a > b
+            case ">=": return a >= b
+            case "==": return a == b
+            case "!=": return a != b
+    return None
+
+
+def fold_constants(e: te.Expr, bound: Bound | None) -> te.Expr | None:
+    match e:
+        case te.Binary(op, te.Const(a), te.Const(b), dt) | te.Compare(op, te.Const(a), te.Const(b), dt):
+            v = _fold(op, a, b, e.a.dtype)       # compare in the operands' dtype
+            return None if v is None else _const(v, dt)
+        case te.Unary("-", te.Const(a), dt):
+            return _const(-a, dt)
+        case te.Unary("not", te.Const(a)):
+            return _const(not a, "bool")
+        case te.Cast(te.Const(a), dt):
+            return _const(a, dt)                           # numpy truncates like C does
+        case te.Select(te.Const(c), t, f):
+            return t if c else f                          # select(true, t, f) -> t
+    return None
+
+
+def fold_identities(e: te.Expr, bound: Bound | None) -> te.Expr | None:
+    match e:
+        case te.Binary("+", x, te.Const(0)) | te.Binary("+", te.Const(0), x):
+            return x                                      # x + 0 -> x
+        case te.Binary("-", x, te.Const(0)):
+            return x                                      # x - 0 -> x
+        case te.Binary("*", x, te.Const(1)) | te.Binary("*", te.Const(1), x):
+            return x                                      # x * 1 -> x
+        case te.Binary("/", x, te.Const(1)):
+            return x                                      # x / 1 -> x
+        case te.Binary("*", x, te.Const(0)) | te.Binary("*", te.Const(0), x) \
+                if not is_float(e.dtype):
+            return _const(0, e.dtype)                    # int x * 0 -> 0 (not for NaN floats)
+        case te.Unary("not", te.Unary("not", x)):
+            return x                                      # not not x -> x
+        case te.Unary("-", te.Unary("-", x)):
+            return x                                      # --x -> x
+        case te.Select(_, t, f) if t == f:
+            return t                                      # select(c, t, t) -> t
+    return None
+
+
+def fold_logical(e: te.Expr, bound: Bound | None) -> te.Expr | None:
+    match e:
+        case te.Logical("and", te.Const(True), x) | te.Logical("and", x, te.Const(True)):
+            return x                                      # true and x -> x
+        case te.Logical("and", te.Const(False), _) | te.Logical("and", _, te.Const(False)):
+            return _const(False, "bool")
+        case te.Logical("or", te.Const(False), x) | te.Logical("or", x, te.Const(False)):
+            return x                                      # false or x -> x
+        case te.Logical("or", te.Const(True), _) | te.Logical("or", _, te.Const(True)):
+            return _const(True, "bool")
+        case te.Logical(_, a, b) if a == b:
+            return a                                      # x and x -> x
+    return None
+
+
+def canonical_index(e: te.Expr, bound: Bound | None) -> te.Expr | None:
+    """Index +, -, * trees go to the canonical linear form (which cancels terms)."""
+    if is_index(e) and isinstance(e, (te.Binary, te.Unary)) and e.op in ("+", "-", "*"):
+        out = normalize(e)
+        return None if out == e else out
+    return None
+
+
+def floor_div_mod(e: te.Expr, bound: Bound | None) -> te.Expr | None:
+    match e:
+        case te.Binary("//" | "%" as op, x, te.Const(c)) if is_index(e) and c > 0:
+            if c == 1:
+                return x if op == "//" else _const(0, INDEX)        # x // 1, x % 1
+            match x:
+                case te.Binary("//", y, te.Const(a)) if op == "//" and a > 0:
+                    return te.Binary("//", y, te.Const(a * c, INDEX), INDEX)  # (y//a)//c
+                case te.Binary("%", y, te.Const(a)) if op == "%" and a > 0 and a % c == 0:
+                    return te.Binary("%", y, te.Const(c, INDEX), INDEX)  # (y%(kc))%c -> y%c
+            lin = linear(x)
+            q = Lin({a: k // c for a, k in lin.terms.items() if k % c == 0}, lin.const // c)
+            r = Lin({a: k for a, k in lin.terms.items() if k % c != 0}, lin.const % c)
+            if bound is not None:
+                lo, hi = bound(from_linear(r))
+                if lo is not None and hi is not None and 0 <= lo and hi < c:
+                    # 0 <= r < c: (c*q + r) // c == q and (c*q + r) % c == r
+                    return from_linear(q) if op == "//" else from_linear(r)
+            if q.is_const and q.const == 0 and op == "//":
+                return None                               # nothing divisible to pull out
+            rest = te.Binary(op, from_linear(r), te.Const(c, INDEX), INDEX)
+            out = from_linear(q + Lin({rest: 1})) if op == "//" else rest
+            return None if out == e else out
+    return None
+
+
+def min_max(e: te.Expr, bound: Bound | None) -> te.Expr | None:
+    match e:
+        case te.Intrinsic("min" | "max" as name, (a, b)) if is_index(e):
+            if a == b:
+                return a
+            d = linear(a) - linear(b)
+            lo, hi = (d.const, d.const) if d.is_const else \
+                (bound(from_linear(d)) if bound else (None, None))
+            match a, b:
+                case (te.Binary("//", x, te.Const(c)), te.Binary("//", y, te.Const(c2))) \
+                        if c == c2 and c > 0:
+                    # floor division by c is monotone: x <= y implies x // c <= y // c
+                    dxy = linear(x) - linear(y)
+                    if dxy.is_const:
+                        lo, hi = (0, None) if dxy.const >= 0 else (None, 0)
+            if hi is not None and hi <= 0:               # a <= b
+                return a if name == "min" else b
+            if lo is not None and lo >= 0:               # a >= b
+                return b if name == "min" else a
+        case te.Intrinsic("min" | "max" as name, (te.Const(a), te.Const(b)), dt):
+            return _const(min(a, b) if name == "min" else max(a, b), dt)
+    return None
+
+
+def compare_index(e: te.Expr, bound: Bound | None) -> te.Expr | None:
+    """Decide an index comparison from the bounds of ``a - b``."""
+    match e:
+        case te.Compare(op, a, b) if is_index(a):
+            d = linear(a) - linear(b)
+            if d.is_const:
+                lo = hi = d.const
+            elif bound is not None:
+                lo, hi = bound(from_linear(d))
+            else:
+                return None
+            truth = _decide(op, lo, hi)
+            return None if truth is None else _const(truth, "bool")
+    return None
+
+
+def _decide(op: str, lo, hi) -> bool | None:
+    """Truth of ``d <op> 0`` for ``d`` in ``[lo, hi]`` (None bounds are unknown)."""
+    lt = hi is not None and hi < 0
+    ge = lo is not None and lo >= 0
+    le = hi is not None and hi <= 0
+    gt = lo is not None and lo > 0
+    table = {"<": (lt, ge), "<=": (le, gt), ">": (gt, le), ">=": (ge, lt),
+             "==": (lo == hi == 0 and lo is not None, lt or gt), "!=": (lt or gt, lo == hi == 0)}
+    yes, no = table[op]
+    return True if yes else (False if no else None)
+
+
+RULES = (fold_constants, fold_identities, fold_logical, canonical_index, floor_div_mod,
+         min_max, compare_index)
+
+
+def _apply_rules(e: te.Expr, bound: Bound | None) -> te.Expr | None:
+    if isinstance(e, (te.Var, te.Const, BufferLoad)):
+        return None
+    for rule in RULES:
+        out = rule(e, bound)
+        if out is not None and out != e:
+            return out
+    return None
+
+
+def simplify(e: te.Expr, bound: Bound | None = None) -> te.Expr:
+    """Apply `RULES` bottom-up until a fixed point (at most `MAX_ROUNDS` rounds)."""
+    for _ in range(MAX_ROUNDS):
+        out = te.rewrite(e, lambda n: _apply_rules(n, bound))
+        if out == e:
+            return out
+        e = out
+    raise RuntimeError(f"simplifier did not converge in {MAX_ROUNDS} rounds on {e!r}")
+
+
+def ceil_div(a: te.Expr, c: int) -> te.Expr:
+    """``ceil(a / c)`` for ``a >= 0``, simplified."""
+    if isinstance(a, te.Const):
+        return te.Const(-(-int(a.value) // c), INDEX)
+    return simplify(te.Binary("//", te.Binary("+", a, te.Const(c - 1, INDEX), INDEX),
+                              te.Const(c, INDEX), INDEX))
+
+
+def divides(c: int, e: te.Expr) -> bool:
+    """True when ``e`` is provably a multiple of ``c``."""
+    lin = linear(simplify(e))
+    return lin.const % c == 0 and all(k % c == 0 for k in lin.terms.values())
+
