@@ -6,10 +6,16 @@ traceback from here is a bug in tdsl.
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
+import time
+from pathlib import Path
+
+import numpy as np
 
 from . import __version__
 from .api import load
+from .emit_c.c import emit_c
 from .errors import ErrorList, TdslError
 
 
@@ -39,6 +45,104 @@ def cmd_ops(args) -> int:
     return 0
 
 
+def parse_shapes(text: str | None) -> dict[str, int] | None:
+    """``M=64,N=32`` -> ``{"M": 64, "N": 32}``."""
+    if not text:
+        return None
+    out = {}
+    for part in text.split(","):
+        name, eq, value = part.partition("=")
+        if not eq or not name.strip() or not value.strip().lstrip("-").isdigit():
+            raise TdslError(f"--shape expects NAME=INT pairs separated by commas, got "
+                            f"'{part}'")
+        out[name.strip()] = int(value)
+    return out
+
+
+def parse_attrs(items: list[str] | None) -> dict:
+    """``--attr stride=2 --attr alpha=0.1`` -> ``{"stride": 2, "alpha": 0.1}``."""
+    out = {}
+    for item in items or ():
+        name, eq, value = item.partition("=")
+        if not eq:
+            raise TdslError(f"--attr expects NAME=VALUE, got '{item}'")
+        v = value.strip()
+        out[name.strip()] = True if v == "true" else False if v == "false" else (
+            int(v) if v.lstrip("-").isdigit() else float(v))
+    return out
+
+
+def _op_of(args):
+    mod = load(args.file)
+    names = mod.own_ops()
+    if args.op is None:
+        if len(names) != 1:
+            raise TdslError(f"{args.file} has {len(names)} ops; pick one with --op "
+                            f"({', '.join(names)})")
+        return mod[names[0]]
+    if args.op not in mod:
+        raise TdslError(f"no op '{args.op}' in {args.file} (ops: {', '.join(sorted(mod))})")
+    return mod[args.op]
+
+
+def cmd_lower(args) -> int:
+    op = _op_of(args)
+    print(op.lower(args.schedule, parse_shapes(args.shape), **parse_attrs(args.attr)))
+    return 0
+
+
+def cmd_emit(args) -> int:
+    op = _op_of(args)
+    if args.target != "c":
+        raise TdslError(f"target '{args.target}' is not available yet; targets: c")
+    func = op.lower(args.schedule, parse_shapes(args.shape), **parse_attrs(args.attr))
+    print(emit_c(func, parse_shapes(args.shape)).source)
+    return 0
+
+
+def cmd_build(args) -> int:
+    mod = load(args.file)
+    names = [args.op] if args.op else mod.own_ops()
+    out = Path(args.output)
+    out.mkdir(parents=True, exist_ok=True)
+    shapes, attrs = parse_shapes(args.shape), parse_attrs(args.attr)
+    for name in names:
+        kernel = mod[name].build("c", args.schedule, shapes, **attrs)
+        (out / f"{name}.c").write_text(kernel.source)
+        (out / f"{name}.h").write_text(kernel.header)
+        shutil.copyfile(kernel.lib_path, out / f"lib{name}.so")
+        print(f"{name}: {out / (name + '.c')}, {out / (name + '.h')}, "
+              f"{out / ('lib' + name + '.so')}")
+    return 0
+
+
+def cmd_run(args) -> int:
+    """Build, call on random inputs, compare with the reference, and time it."""
+    op = _op_of(args)
+    shapes, attrs = parse_shapes(args.shape) or {}, parse_attrs(args.attr)
+    from .testing import random_arguments     # hypothesis: only needed by run and test
+    kernel = op.build("c", args.schedule, None, **attrs)
+    arrays = random_arguments(op, shapes, attrs, seed=0)
+    outs = kernel(*arrays)
+    refs = op.reference(*arrays, **attrs)
+    outs, refs = (outs, refs) if isinstance(outs, tuple) else ((outs,), (refs,))
+    for o, r in zip(outs, refs):
+        err = float(np.max(np.abs(o.astype(np.float64) - r))) if o.size else 0.0
+        print(f"output {o.shape} {o.dtype}: max |tdsl - reference| = {err:.3g}")
+    t0 = time.perf_counter()
+    n = 0
+    while time.perf_counter() - t0 < 0.5:
+        kernel(*arrays)
+        n += 1
+    print(f"time: {(time.perf_counter() - t0) / n * 1e3:.3f} ms per call ({n} calls)")
+    return 0
+
+
+def cmd_test(args) -> int:
+    from .testing import run_property_test
+    return run_property_test(load(args.file), args.op, args.target, args.examples)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="tdsl", description="The tdsl tensor compiler.")
     p.add_argument("--version", action="version", version=f"tdsl {__version__}")
@@ -52,13 +156,34 @@ def build_parser() -> argparse.ArgumentParser:
     o.add_argument("file", metavar="FILE")
     o.set_defaults(run=cmd_ops)
 
-    for register in _EXTRA_COMMANDS:
-        register(sub)
+    def op_command(name, help_text, run, target=True):
+        c = sub.add_parser(name, help=help_text)
+        c.add_argument("file", metavar="FILE")
+        c.add_argument("--op", help="the op (needed when FILE has several)")
+        c.add_argument("--shape", help="sizes fixed at build time, e.g. M=64,N=32,K=16")
+        c.add_argument("--schedule", help="a schedule name (default: the op's 'default' "
+                       "schedule, else the automatic one; 'naive' for none)")
+        c.add_argument("--attr", action="append", metavar="NAME=VALUE",
+                       help="an attribute, e.g. --attr stride=2 (repeatable)")
+        if target:
+            c.add_argument("--target", default="c", choices=["c"])
+        c.set_defaults(run=run)
+        return c
+
+    op_command("lower", "print an op's loop nest", cmd_lower, target=False)
+    op_command("emit", "print the generated source", cmd_emit)
+    b = op_command("build", "write .c, .h and the shared library", cmd_build)
+    b.add_argument("-o", "--output", required=True, metavar="DIR")
+    op_command("run", "build, run on random inputs, compare with the reference, time",
+               cmd_run)
+
+    t = sub.add_parser("test", help="property-test ops: random shapes, values, schedules")
+    t.add_argument("file", metavar="FILE")
+    t.add_argument("--op", help="only this op (default: every op of FILE)")
+    t.add_argument("--target", default="c", choices=["c"])
+    t.add_argument("--examples", type=int, default=20, help="examples per op")
+    t.set_defaults(run=cmd_test)
     return p
-
-
-# Later parts (lowering, building, testing, tuning) add their sub-commands here.
-_EXTRA_COMMANDS: list = []
 
 
 def main(argv: list[str] | None = None) -> int:

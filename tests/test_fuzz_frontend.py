@@ -155,6 +155,14 @@ def test_mutated_sources(k, mutations):
     check_only_tdsl_errors(mutate(SOURCES[k], mutations))
 
 
+@pytest.mark.slow
+@settings(FUZZ, max_examples=5000)
+@given(st.sampled_from(range(len(SOURCES))), st.lists(MUTATION, min_size=1, max_size=6))
+def test_mutated_sources_exhaustive(k, mutations):
+    """The same as `test_mutated_sources`, longer (``pytest -m slow``)."""
+    check_only_tdsl_errors(mutate(SOURCES[k], mutations))
+
+
 @pytest.mark.parametrize("depth", [50, 150, 400, 2000])
 @pytest.mark.parametrize("shape", ["(-{}A[i]{})", "{}A[i]{}"])
 def test_deep_nesting_is_an_error_not_a_crash(depth, shape):

@@ -51,9 +51,7 @@ class Kernel:
         self._outputs = func.params[func.num_inputs:]
         self._free_sizes = [v for v in func.shape_vars if v not in self._fixed]
         _check_sizes_bindable(func, self._fixed)
-        self._ffi = FFI()
-        self._ffi.cdef(module.prototype + ";")
-        self._lib = self._ffi.dlopen(str(built.lib_path))
+        self._ffi, self._lib = _load(str(built.lib_path), module.prototype)
         self._fn = getattr(self._lib, module.name)
         self._pointer_types = [self._ffi.typeof(f"{to_c(b.dtype)} *") for b in func.params]
 
@@ -130,6 +128,21 @@ class Kernel:
                 raise CallError(f"{what} overlaps an input or another output",
                                 hint="tdsl kernels do not compute in place; pass a fresh array")
         return outs
+
+
+# Loaded libraries stay loaded for the life of the process. Unloading one (cffi dlcloses a
+# library when its object is collected) while OpenMP's worker threads still hold state from
+# it crashed the process (seen: a worker thread jumping into the unmapped library). The key
+# is the content-addressed path, so a library is loaded once however many Kernels use it.
+_LOADED: dict[str, tuple] = {}
+
+
+def _load(path: str, prototype: str):
+    if path not in _LOADED:
+        ffi = FFI()
+        ffi.cdef(prototype + ";")
+        _LOADED[path] = (ffi, ffi.dlopen(path))
+    return _LOADED[path]
 
 
 def build_kernel(func: LoweredFunc, *, shapes: dict | None = None, flags=HOST_FLAGS,

@@ -8,7 +8,10 @@ loads pointing at the caller's tensors, renamed ``T`` (the output) and ``T_<stag
 from __future__ import annotations
 
 import difflib
+import functools
 import random
+import re
+from pathlib import Path
 
 from ..errors import CheckError, TdslError
 from ..lowering import affine, te
@@ -20,11 +23,8 @@ def splice_call(inst, st: ast.CallStage) -> None:
     call = st.call
     callee = inst.resolve_op(call.func)
     if callee is None:
-        close = difflib.get_close_matches(call.func, [*inst.op_names, *te.INTRINSICS], n=1)
         raise CheckError(f"unknown op '{call.func}'", call.span,
-                         hint=f"did you mean '{close[0]}'?" if close else
-                         "define it in this file or import the file that does (import std "
-                         "for the standard library)")
+                         hint=_unknown_op_hint(call.func, inst.op_names))
     args = []
     for a in call.args:
         if not isinstance(a, ast.Name):
@@ -51,7 +51,8 @@ def splice_call(inst, st: ast.CallStage) -> None:
     except TdslError as e:
         raise CheckError(e.message, call.span, e.hint) from None
     if len(args) != len(fn.inputs):
-        raise CheckError(f"op {call.func} takes {len(fn.inputs)} arguments, got {len(args)}",
+        n = len(fn.inputs)
+        raise CheckError(f"op {call.func} takes {n} argument{'s' * (n != 1)}, got {len(args)}",
                          call.span)
     if len(st.targets) != len(fn.outputs):
         n = len(st.targets)
@@ -67,6 +68,26 @@ def splice_call(inst, st: ast.CallStage) -> None:
         if info.shape is not None:
             _check_declared(info, t, call, args)
         info.tensor, info.dtype, info.shape = t, t.dtype, t.shape
+
+
+_STD_DIR = Path(__file__).resolve().parent.parent / "dsl" / "std"
+
+
+@functools.lru_cache(maxsize=1)
+def _std_op_names() -> frozenset[str]:
+    """The standard library's op names, read off its files (it may not be loaded)."""
+    return frozenset(m.group(1) for f in _STD_DIR.glob("*.tdsl")
+                     for m in re.finditer(r"^op\s+(\w+)", f.read_text(), re.M))
+
+
+def _unknown_op_hint(name: str, in_scope) -> str:
+    std = _std_op_names()
+    if name in std:
+        return f"{name} is in the standard library: add `import std`"
+    close = difflib.get_close_matches(name, [*in_scope, *std], n=1)
+    if close:
+        return f"did you mean '{close[0]}'?" + ("" if close[0] in in_scope else " (import std)")
+    return "define it in this file or import the file that does"
 
 
 def _bind_sizes(fn: te.Function, args, call) -> dict[te.Var, te.Expr]:

@@ -36,7 +36,10 @@ def const_value(node, attrs: dict):
         case ast.String(v):
             return v
         case ast.Unary("-", x):
-            return -const_value(x, attrs)
+            v = const_value(x, attrs)
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                raise CheckError(f"can't negate {v!r}", node.span)
+            return -v
         case ast.Name(n) if n in attrs and not isinstance(attrs[n], te.Expr):
             return attrs[n]
         case ast.Name(n) if n in CONSTANTS:
@@ -46,8 +49,8 @@ def const_value(node, attrs: dict):
                              node.span)
         case ast.Name(n):
             raise CheckError(f"'{n}' is not a constant", node.span,
-                             hint="a default is a number, true, false, inf, pi, or the name "
-                                  "of an earlier attribute")
+                             hint="a constant is a number, true, false, inf, pi, or (in an "
+                                  "attribute's default) the name of an earlier attribute")
     raise CheckError("expected a constant (a number, true, false, inf, pi, or the name of an "
                      "earlier attribute)", getattr(node, "span", None))
 

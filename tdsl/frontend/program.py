@@ -141,7 +141,7 @@ def _load_import(item: ast.Import, importer: Path | None, loading) -> Program:
     if not path.is_file():
         raise CheckError(f"can't import '{item.target}': no file {path}", item.span,
                          hint="a path is relative to the importing file; the standard "
-                              "library is `import std`" if item.target != "std" else None)
+                              "library is `import std`")
     if path in loading:
         raise CheckError(f"import cycle: {' -> '.join(p.name for p in (*loading, path))}",
                          item.span)

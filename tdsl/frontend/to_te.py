@@ -253,8 +253,13 @@ class Instantiation:
             else:
                 names.append(ix.id)
         if len(names) != len(info.shape):
+            hint = None
+            if not names and isinstance(st.expr, ast.Call):
+                hint = (f"`{info.name} = {st.expr.func}(...)` is one value here; to call an op "
+                        f"on whole tensors, define it or import it (import std)")
+            n = len(names)
             raise CheckError(f"'{info.name}' has rank {len(info.shape)} but is defined with "
-                             f"{len(names)} indices", st.span)
+                             f"{n} ind{'ex' if n == 1 else 'ices'}", st.span, hint)
         seen = set()
         for n, ix in zip(names, st.indices):
             if n in seen:

@@ -6,9 +6,11 @@ expression, where it is easiest to state). The loops below the axis match the in
 - their data loops, in order, have the extents of the intrinsic's data axes, and their
   reduction loops those of its reduction axes (same combiner);
 - the stage's expression equals the intrinsic's with its axis variables renamed to those
-  loops, node for node, except that each index may differ by an *offset* that does not use
-  the renamed loops: stage index ``== offset + intrinsic index``. The offsets of a tensor
-  are where the kernel's view of it starts.
+  loops, node for node, except for the indices of each tensor: the stage's dimensions whose
+  index uses the loops map, in order, to the intrinsic's dimensions, and each such index is
+  ``offset + intrinsic index`` with an offset not using the loops; the other dimensions are
+  fixed for the whole nest (the stage tensor may have more dimensions than the intrinsic's).
+  The offsets of a tensor are where the kernel's view of it starts.
 
 The call passes, for each intrinsic input in order and then the output, ``&buf[offset]``
 followed by the buffer's strides (in elements), as `TensorIntrin` documents. The C source
@@ -67,50 +69,57 @@ def call(st, value: te.Expr, out_index, loops, axes, store, access: dict, b) -> 
     m = _Matcher(inner)
     try:
         m.match(value, simplify(te.substitute(body, rename)))
-        out_off = [m.offset(s, te.substitute(iv.var, rename))
-                   for s, iv in zip(out_index, out.op.axes)]
+        out_view = m.view(tuple(out_index), tuple(rename[iv.var] for iv in out.op.axes))
     except _Mismatch as e:
         raise error(st, f"the loop nest does not compute what the intrinsic does ({e})")
     args = []
     for t in fn.inputs:
         if t.name not in m.tensors:
             raise error(st, f"the stage reads nothing where the intrinsic reads {t.name}")
-        acc = access[m.tensors[t.name]]
-        args += _pointer(acc, m.offsets[t.name])
-    args += _pointer(store, out_off)
+        args += _pointer(access[m.tensors[t.name]], *m.views[t.name])
+    args += _pointer(store, *out_view)
     b.attrs.setdefault("extern_sources", {})[intrin.name] = intrin.c_impl
     b.attrs.setdefault("tensor_intrinsics", {})[intrin.name] = intrin
     return Evaluate(Call(intrin.name, tuple(args)))
 
 
-def _pointer(acc, offsets) -> list:
-    idx = acc.index(offsets)
-    return [AddressOf(acc.buffer, flat_index(acc.buffer, idx)), *strides_of(acc.buffer)]
+def _pointer(acc, offsets, dims) -> list:
+    strides = strides_of(acc.buffer)
+    return [AddressOf(acc.buffer, flat_index(acc.buffer, acc.index(offsets))),
+            *(strides[d] for d in dims)]
 
 
 class _Matcher:
     def __init__(self, inner: set):
         self.inner = inner
         self.tensors: dict[str, str] = {}            # intrinsic tensor -> stage tensor
-        self.offsets: dict[str, list] = {}
+        self.views: dict[str, tuple] = {}            # intrinsic tensor -> (offsets, dims)
 
-    def offset(self, s: te.Expr, i: te.Expr) -> te.Expr:
-        d = simplify(te.Binary("-", s, i, INDEX))
-        if te.free_vars(d) & self.inner:
-            raise _Mismatch(f"index {s} is not {i} plus an offset")
-        return d
+    def view(self, s_idx: tuple, i_idx: tuple) -> tuple:
+        """(the stage index where the view starts, the stage dimension of each intrinsic
+        dimension)."""
+        dims = [d for d, e in enumerate(s_idx) if te.free_vars(e) & self.inner]
+        if len(dims) != len(i_idx):
+            raise _Mismatch(f"{len(dims)} dimensions vary in the nest where the intrinsic "
+                            f"has {len(i_idx)}")
+        offsets = list(s_idx)
+        for d, i in zip(dims, i_idx):
+            offsets[d] = simplify(te.Binary("-", s_idx[d], i, INDEX))
+            if te.free_vars(offsets[d]) & self.inner:
+                raise _Mismatch(f"index {s_idx[d]} is not {i} plus an offset")
+        return tuple(offsets), tuple(dims)
 
     def match(self, s: te.Expr, i: te.Expr) -> None:
         if isinstance(i, te.Load):
-            if not isinstance(s, te.Load) or len(s.indices) != len(i.indices):
+            if not isinstance(s, te.Load):
                 raise _Mismatch(f"{s} is not a load like {i}")
             name = i.tensor.name
             if self.tensors.setdefault(name, s.tensor.name) != s.tensor.name:
                 raise _Mismatch(f"{name} stands for both {self.tensors[name]} and "
                                 f"{s.tensor.name}")
-            offs = [self.offset(a, c) for a, c in zip(s.indices, i.indices)]
-            if self.offsets.setdefault(name, offs) != offs:
-                raise _Mismatch(f"{name} is read at two different offsets")
+            view = self.view(s.indices, i.indices)
+            if self.views.setdefault(name, view) != view:
+                raise _Mismatch(f"{name} is read at two different places")
             return
         if type(s) is not type(i) or isinstance(i, te.Reduce):
             raise _Mismatch(f"{s} vs {i}")

@@ -1,0 +1,185 @@
+"""The ``tdsl`` command: version, ``check`` (exit status 0 or 1, every error printed) and
+``ops``. A few runs go through a real process (the installed entry point and
+``python -m tdsl``); the rest call `tdsl.cli.main` in-process, which is the same code.
+A Python traceback on stderr is always a bug: user mistakes print as errors.
+"""
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import tdsl
+from tdsl import cli
+
+ROOT = Path(__file__).resolve().parent.parent
+MATMUL = ROOT / "examples" / "matmul.tdsl"
+ATTENTION = ROOT / "examples" / "attention.tdsl"
+ERRORS = Path(__file__).resolve().parent / "errors"
+
+
+def run(*args, module: bool = True) -> subprocess.CompletedProcess:
+    """Run the command in a new process: ``python -m tdsl`` or the installed ``tdsl``."""
+    cmd = [sys.executable, "-m", "tdsl"] if module else [shutil.which("tdsl")]
+    return subprocess.run([*cmd, *map(str, args)], capture_output=True, text=True,
+                          timeout=120, cwd=ROOT)
+
+
+def main(capsys, *args) -> tuple[int, str, str]:
+    code = cli.main([str(a) for a in args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+# ---------------------------------------------------------------------------- processes
+
+def test_python_m_tdsl_version():
+    r = run("--version")
+    assert r.returncode == 0
+    assert r.stdout.strip() == f"tdsl {tdsl.__version__}"
+
+
+@pytest.mark.skipif(shutil.which("tdsl") is None, reason="the tdsl entry point isn't installed")
+def test_installed_command_checks_a_file():
+    r = run("--version", module=False)
+    assert r.returncode == 0 and tdsl.__version__ in r.stdout
+    r = run("check", MATMUL, module=False)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == f"{MATMUL}: ok (3 ops)"
+
+
+def test_process_bad_file_prints_errors_without_traceback(tmp_path):
+    bad = tmp_path / "bad.tdsl"
+    bad.write_text("op f(A: f32[N]) -> B: f32[N] {\n    B[i] = A[i] + foo\n}\n")
+    r = run("check", bad)
+    assert r.returncode == 1
+    assert r.stdout == ""
+    assert f"{bad}:2:19: error: unknown name 'foo'" in r.stderr
+    assert "    B[i] = A[i] + foo\n" in r.stderr and "^^^" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_process_ops_std():
+    r = run("ops", "std")
+    assert r.returncode == 0
+    lines = r.stdout.splitlines()
+    assert len(lines) == 31
+    assert "matmul(A: f32[M, K], B: f32[K, N]) -> C: f32[M, N]" in lines
+
+
+# ---------------------------------------------------------------------------- check
+
+def test_check_good_files(capsys):
+    code, out, err = main(capsys, "check", MATMUL, ATTENTION, "std")
+    assert code == 0 and err == ""
+    assert out.splitlines() == [f"{MATMUL}: ok (3 ops)", f"{ATTENTION}: ok (2 ops)",
+                                "std: ok (31 ops)"]
+
+
+def test_check_good_and_bad_files(capsys, tmp_path):
+    bad = tmp_path / "bad.tdsl"
+    bad.write_text("op f(A: f32[N]) -> B: f32[N] { B[i] = A[i + 1] }\n")
+    code, out, err = main(capsys, "check", MATMUL, bad)
+    assert code == 1
+    assert out == f"{MATMUL}: ok (3 ops)\n"
+    assert "index out of bounds" in err and err.rstrip().endswith(f"{bad}: 1 error")
+
+
+def test_check_reports_every_error_in_a_file(capsys, tmp_path):
+    bad = tmp_path / "bad.tdsl"
+    bad.write_text("op f(A: f32[N]) -> B: f32[N] { B[i] = Ax[i] }\n"
+                   "op g(A: i32[N]) -> B: i32[N] { B[i] = A[i] / 2 }\n"
+                   "op h(A: f32[N]) -> B: f32[M] { B[i] = A[i] }\n")
+    code, out, err = main(capsys, "check", bad)
+    assert code == 1
+    for msg in ["1:39: error: unknown name 'Ax'", "2:39: error: / needs a float operand",
+                "3:27: error: unknown size 'M'", f"{bad}: 3 errors"]:
+        assert msg in err
+
+
+@pytest.mark.parametrize("content, message", [
+    (None, "can't read"),                                   # no such file
+    (b"\xff\xfe\x00op", "not UTF-8"),
+    (b"op f(", "unexpected end of file"),
+    (b"op f(A: f32[N]) -> B: f32[N] { B[i] = A[i] }\nop f(A: f32[N]) -> B: f32[N] { B = A }",
+     "op 'f' is defined twice"),
+    (b'import "nowhere.tdsl"\n', "can't import 'nowhere.tdsl'"),
+    (b"import std\nop f(X: f32[N]) -> Y: f32[N] { Y = relu(X; alpha=1.0) }",
+     "op relu has no attribute 'alpha'"),
+    (b"op f(A: f32[N]) -> B: f32[N] { B[i] = " + b"-" * 3000 + b"A[i] }",
+     "nested too deeply"),
+])
+def test_check_bad_input_is_an_error_not_a_traceback(capsys, tmp_path, content, message):
+    path = tmp_path / "in.tdsl"
+    if content is not None:
+        path.write_bytes(content)
+    code, out, err = main(capsys, "check", path)
+    assert code == 1
+    assert message in err
+    assert "Traceback" not in err
+
+
+def test_check_a_directory(capsys, tmp_path):
+    code, out, err = main(capsys, "check", tmp_path)
+    assert code == 1 and "can't read" in err
+
+
+def test_check_each_error_file_exits_1(capsys):
+    files = sorted(ERRORS.glob("*.tdsl"))
+    code, out, err = main(capsys, "check", *files)
+    assert code == 1 and out == ""
+    assert err.count(": error") + err.count(": syntax error") >= len(files)
+    for f in files:
+        assert f"{f}: " in err
+
+
+# ---------------------------------------------------------------------------- ops
+
+def test_ops_lists_own_ops_of_a_file(capsys):
+    code, out, err = main(capsys, "ops", ATTENTION)
+    assert code == 0
+    lines = out.splitlines()
+    assert [line.split("(")[0] for line in lines] == ["attention", "attention_head"]
+    assert lines[0] == ("attention(Q: f32[S, D], K: f32[T, D], V: f32[T, E]; "
+                        "causal: bool = false) -> O: f32[S, E]")
+
+
+def test_ops_std_has_every_signature(capsys):
+    code, out, err = main(capsys, "ops", "std")
+    assert code == 0
+    names = [line.split("(")[0] for line in out.splitlines()]
+    assert sorted(names) == sorted(tdsl.stdlib)
+    assert "conv2d(X: f32[N, C, IH, IW], W: f32[F, C, KH, KW]; stride: int = 1, padding: " \
+           "int = 0, dilation: int = 1) -> Y: f32[N, F, " in out
+
+
+def test_ops_of_a_bad_file(capsys, tmp_path):
+    bad = tmp_path / "bad.tdsl"
+    bad.write_text("op f(A: f32[N]) -> B: f32[N] { B[i] = A[j] }\n")
+    code, out, err = main(capsys, "ops", bad)
+    assert code == 1
+    assert "unknown name 'j'" in err and "Traceback" not in err
+
+
+# ---------------------------------------------------------------------------- usage
+
+def test_no_command_prints_help(capsys):
+    code, out, err = main(capsys)
+    assert code == 2 and "usage: tdsl" in out and "check" in out
+
+
+def test_unknown_command_is_a_usage_error(capsys):
+    with pytest.raises(SystemExit) as info:
+        cli.main(["frobnicate"])
+    assert info.value.code == 2
+    assert "invalid choice" in capsys.readouterr().err
+
+
+def test_version_in_process(capsys):
+    with pytest.raises(SystemExit) as info:
+        cli.main(["--version"])
+    assert info.value.code == 0
+    assert capsys.readouterr().out.strip() == f"tdsl {tdsl.__version__}"

@@ -1,0 +1,414 @@
+"""Lowering against numpy: hand-built ops, with and without schedules, on sizes no tile
+divides; random legal schedules drawn by hypothesis (loopy's auto_test_vs_ref).
+
+The ops here (`OPS`) are shared with test_schedule.py.
+"""
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tdsl.errors import ScheduleError
+from tdsl.lowering import interp, te
+from tdsl.lowering.default_schedule import default_schedule
+from tdsl.lowering.loop_ir import For, ForKind, Ramp, walk_stmt
+from tdsl.lowering.lower import lower
+from tdsl.lowering.passes import apply_schedule
+from tdsl.lowering.schedule import Schedule, TensorIntrin
+
+V = te.Var
+
+
+def _and(*cs):
+    out = cs[0]
+    for c in cs[1:]:
+        out = te.binary("and", out, c)
+    return out
+
+
+# ---------------------------------------------------------------------------- the ops
+
+def matmul():
+    M, N, K = V("M"), V("N"), V("K")
+    A, B = te.placeholder("A", (M, K)), te.placeholder("B", (K, N))
+    k = te.reduce_axis(K, "k")
+    C = te.compute("C", (M, N), lambda i, j: te.reduce("sum", A[i, k.var] * B[k.var, j], k),
+                   ["i", "j"])
+    return te.Function("matmul", (A, B), (C,), (M, N, K))
+
+
+def blur():
+    """An intermediate read with a halo: C[i] = T[i] + T[i+1] + T[i+2]."""
+    N = V("N")
+    A = te.placeholder("A", (N + 2,))
+    T = te.compute("T", (N + 2,), lambda t: A[t] * 2.0 + 1.0, ["t"])
+    C = te.compute("C", (N,), lambda i: T[i] + T[i + 1] + T[i + 2], ["i"])
+    return te.Function("blur", (A,), (C,), (N,))
+
+
+def transpose_add():
+    """T read at [i, j] and [j, i]: regions are unions of two boxes."""
+    N = V("N")
+    A = te.placeholder("A", (N, N))
+    T = te.compute("T", (N, N), lambda a, b: A[a, b] * 2.0, ["a", "b"])
+    C = te.compute("C", (N, N), lambda i, j: T[i, j] + T[j, i], ["i", "j"])
+    return te.Function("transpose_add", (A,), (C,), (N,))
+
+
+def softmax():
+    M, N = V("M"), V("N")
+    X = te.placeholder("X", (M, N))
+    k, k2 = te.reduce_axis(N, "k"), te.reduce_axis(N, "k2")
+    m = te.compute("m", (M,), lambda i: te.reduce("max", X[i, k.var], k), ["i"])
+    e = te.compute("e", (M, N), lambda i, j: te.intrinsic("exp", X[i, j] - m[i]), ["i", "j"])
+    s = te.compute("s", (M,), lambda i: te.reduce("sum", e[i, k2.var], k2), ["i"])
+    y = te.compute("y", (M, N), lambda i, j: e[i, j] / s[i], ["i", "j"])
+    return te.Function("softmax", (X,), (y,), (M, N))
+
+
+def conv():
+    """A 3x3 'same' convolution through an explicitly padded intermediate."""
+    C, H, W, F = V("C"), V("H"), V("W"), V("F")
+    X, Wt = te.placeholder("X", (C, H, W)), te.placeholder("Wt", (F, C, 3, 3))
+    inside = lambda y, x: _and(te.binary(">=", y, 1), te.binary("<=", y, H),  # noqa: E731
+                               te.binary(">=", x, 1), te.binary("<=", x, W))
+    Xp = te.compute("Xp", (C, H + 2, W + 2), lambda c, y, x: te.select(
+        inside(y, x), X[c, y - 1, x - 1], 0.0), ["c", "y", "x"])
+    rc, rr, rs = te.reduce_axis(C, "rc"), te.reduce_axis(3, "r"), te.reduce_axis(3, "s")
+    Y = te.compute("Y", (F, H, W), lambda f, y, x: te.reduce(
+        "sum", Xp[rc.var, y + rr.var, x + rs.var] * Wt[f, rc.var, rr.var, rs.var],
+        (rc, rr, rs)), ["f", "y", "x"])
+    return te.Function("conv", (X, Wt), (Y,), (C, H, W, F))
+
+
+def norm():
+    """A reduction nested in a bigger expression (needs an accumulator)."""
+    M, N = V("M"), V("N")
+    A = te.placeholder("A", (M, N))
+    k = te.reduce_axis(N, "k")
+    r = te.compute("r", (M,), lambda i: te.intrinsic(
+        "sqrt", te.reduce("sum", A[i, k.var] * A[i, k.var], k)) + 1.0, ["i"])
+    return te.Function("norm", (A,), (r,), (M, N))
+
+
+def axpy():
+    """A rank-0 scalar parameter and two outputs, the second reading the first."""
+    N = V("N")
+    a, x, y = te.placeholder("alpha", ()), te.placeholder("x", (N,)), te.placeholder("y", (N,))
+    z = te.compute("z", (N,), lambda i: x[i] * a[()] + y[i], ["i"])
+    w = te.compute("w", (N,), lambda i: z[i] * 2.0, ["i"])
+    return te.Function("axpy", (a, x, y), (z, w), (N,))
+
+
+def intdiv():
+    M, N = V("M"), V("N")
+    A = te.placeholder("A", (M, N), "i32")
+    C = te.compute("C", (M, N), lambda i, j: A[i, j] // 3 + A[i, j] % 4 * 10, ["i", "j"])
+    return te.Function("intdiv", (A,), (C,), (M, N))
+
+
+def total():
+    """A full reduction to a rank-0 output."""
+    M, N = V("M"), V("N")
+    A = te.placeholder("A", (M, N))
+    r1, r2 = te.reduce_axis(M, "r1"), te.reduce_axis(N, "r2")
+    s = te.compute("s", (), lambda: te.reduce("sum", A[r1.var, r2.var], (r1, r2)))
+    return te.Function("total", (A,), (s,), (M, N))
+
+
+def _conv_ref(X, Wt):
+    Xp = np.pad(X, ((0, 0), (1, 1), (1, 1)))
+    H, W = X.shape[1:]
+    out = np.zeros((Wt.shape[0], H, W), np.float64)
+    for r in range(3):
+        for s in range(3):
+            out += np.einsum("fc,cyx->fyx", Wt[:, :, r, s], Xp[:, r:r + H, s:s + W])
+    return (out,)
+
+
+def _softmax_ref(X):
+    e = np.exp(X - X.max(1, keepdims=True))
+    return (e / e.sum(1, keepdims=True),)
+
+
+@dataclass
+class Op:
+    build: Callable
+    shapes: dict                    # a default size for each shape variable
+    inputs: Callable                # (rng, shapes) -> arrays
+    ref: Callable                   # arrays -> outputs (numpy)
+
+
+def _f32(rng, *shape):
+    return rng.standard_normal(shape).astype(np.float32)
+
+
+OPS = {
+    "matmul": Op(matmul, dict(M=7, N=13, K=5),
+                 lambda r, s: [_f32(r, s["M"], s["K"]), _f32(r, s["K"], s["N"])],
+                 lambda a, b: (a.astype(np.float64) @ b,)),
+    "blur": Op(blur, dict(N=13), lambda r, s: [_f32(r, s["N"] + 2)],
+               lambda a: (lambda t: (t[:-2] + t[1:-1] + t[2:],))(a * 2 + 1)),
+    "transpose_add": Op(transpose_add, dict(N=7), lambda r, s: [_f32(r, s["N"], s["N"])],
+                        lambda a: (2 * a + 2 * a.T,)),
+    "softmax": Op(softmax, dict(M=3, N=7), lambda r, s: [_f32(r, s["M"], s["N"])],
+                  _softmax_ref),
+    "conv": Op(conv, dict(C=2, H=5, W=7, F=3),
+               lambda r, s: [_f32(r, s["C"], s["H"], s["W"]), _f32(r, s["F"], s["C"], 3, 3)],
+               _conv_ref),
+    "norm": Op(norm, dict(M=3, N=13), lambda r, s: [_f32(r, s["M"], s["N"])],
+               lambda a: (np.sqrt((a.astype(np.float64) ** 2).sum(1)) + 1,)),
+    "axpy": Op(axpy, dict(N=13),
+               lambda r, s: [np.float32(1.5), _f32(r, s["N"]), _f32(r, s["N"])],
+               lambda a, x, y: (x * a + y, (x * a + y) * 2)),
+    "intdiv": Op(intdiv, dict(M=3, N=13),
+                 lambda r, s: [r.integers(-50, 50, (s["M"], s["N"])).astype(np.int32)],
+                 lambda a: (a // 3 + a % 4 * 10,)),
+    "total": Op(total, dict(M=3, N=7), lambda r, s: [_f32(r, s["M"], s["N"])],
+                lambda a: (a.astype(np.float64).sum(),)),
+}
+
+
+def check(name, schedule=None, shapes=None, bind=True, config=None, seed=0):
+    """Lower ``OPS[name]`` (shapes bound at build time, or symbolic when ``bind`` is False),
+    interpret it and compare with numpy; return the lowered function."""
+    op = OPS[name]
+    fn = op.build()
+    shapes = {**op.shapes, **(shapes or {})}
+    if schedule is not None and not isinstance(schedule, Schedule):
+        schedule = schedule(Schedule(fn))
+    func = lower(fn, schedule, config, shapes if bind else None, verify=True)
+    args = op.inputs(np.random.default_rng(seed), shapes)
+    outs = interp.run(func, args)
+    for got, want in zip(outs, op.ref(*args)):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    return func
+
+
+def loops(func):
+    return [s for s in walk_stmt(func.body) if isinstance(s, For)]
+
+
+# ---------------------------------------------------------------------------- no schedule
+
+@pytest.mark.parametrize("name", OPS)
+@pytest.mark.parametrize("bind", [True, False])
+def test_naive_nest_matches_numpy(name, bind):
+    func = check(name, lambda s: s, bind=bind)
+    assert func.attrs["unproven_accesses"] == 0
+    if bind:
+        assert func.shape_vars == ()
+
+
+@pytest.mark.parametrize("name", OPS)
+@pytest.mark.parametrize("size", [1, 3, 13, 40])
+def test_default_schedule_matches_numpy(name, size):
+    op = OPS[name]
+    shapes = {k: size for k in op.shapes}
+    check(name, None, shapes)
+    check(name, None, shapes, bind=False)
+
+
+def test_default_schedule_vectorizes_and_parallelizes_matmul():
+    fn = matmul()
+    s = default_schedule(fn, dict(M=64, N=64, K=64))
+    func = lower(fn, s, shapes=dict(M=64, N=64, K=64))
+    kinds = [lp.kind for lp in loops(func)]
+    assert kinds[0] is ForKind.PARALLEL
+    assert any(isinstance(e, Ramp) for st_ in walk_stmt(func.body)
+               for e in getattr(st_, "indices", ()))
+    # i, k, j order: k is outside the vectorized j
+    names = [lp.var.name for lp in loops(func)]
+    assert names.index("k") < names.index("j.o")
+
+
+def test_default_schedule_fuses_small_outer_loops():
+    func = lower(conv(), None, shapes=dict(C=4, H=32, W=32, F=8))
+    assert loops(func)[0].kind is ForKind.PARALLEL
+    assert loops(func)[0].var.name == "f.y.f"
+
+
+# ---------------------------------------------------------------------------- schedules
+
+MATMUL_SCHEDULES = {
+    "tile": lambda s: s.tile("C", "i", "j", 4, 8),
+    "tile_k_inner": lambda s: s.tile("C", "i", "j", 2, 4).split("C", "k", 2)
+    .reorder("C", "i.o", "j.o", "k.o", "i.i", "k.i", "j.i").vectorize("C", "j.i")
+    .unroll("C", "i.i"),
+    "ikj": lambda s: s.reorder("C", "i", "k", "j").split("C", "j", 4).vectorize("C", "j.i")
+    .parallel("C", "i"),
+    "fuse": lambda s: s.fuse("C", "i", "j").split("C", "i.j.f", 8).parallel("C", "i.j.f.o"),
+    "register_tile": lambda s: s.cache_write("C", "local").tile("C", "i", "j", 4, 8)
+    .compute_at("C.local", "C", "j.o").split("C.local", "k", 2)
+    .reorder("C.local", "k.o", "i", "k.i", "j").vectorize("C.local", "j")
+    .unroll("C.local", "i").vectorize("C", "j.i"),
+    "pack_b": lambda s: s.cache_read("B", "global", ["C"]).split("C", "j", 8)
+    .reorder("C", "j.o", "i", "k", "j.i").compute_at("B.global", "C", "j.o")
+    .storage_align("B.global", "ax0", 16, 1).vectorize("C", "j.i").parallel("C", "j.o"),
+    "cache_a_local": lambda s: s.cache_read("A", "local").compute_at("A.local", "C", "i"),
+    "bind": lambda s: s.split("C", "i", 4).bind("C", "i.o", "blockIdx.x")
+    .bind("C", "i.i", "threadIdx.x"),
+}
+
+
+@pytest.mark.parametrize("sched", MATMUL_SCHEDULES)
+@pytest.mark.parametrize("sizes", [dict(M=7, N=13, K=5), dict(M=1, N=1, K=1),
+                                   dict(M=8, N=16, K=4), dict(M=3, N=20, K=13)])
+def test_matmul_schedules(sched, sizes):
+    func = check("matmul", MATMUL_SCHEDULES[sched], sizes)
+    assert func.attrs["unproven_accesses"] == 0
+    check("matmul", MATMUL_SCHEDULES[sched], sizes, bind=False)
+
+
+OTHER_SCHEDULES = [
+    ("blur", lambda s: s.split("C", "i", 4).compute_at("T", "C", "i.o").vectorize("C", "i.i")),
+    ("blur", lambda s: s.split("C", "i", 4).compute_at("T", "C", "i.i")),
+    ("blur", lambda s: s.compute_inline("T").split("C", "i", 16).vectorize("C", "i.i")),
+    ("blur", lambda s: s.split("T", "t", 3).compute_at("T", "C", "i").unroll("T", "t.i")),
+    ("transpose_add", lambda s: s.tile("C", "i", "j", 2, 3).compute_at("T", "C", "j.o")),
+    ("transpose_add", lambda s: s.compute_at("T", "C", "i").storage_align("T", "a", 8, 3)),
+    ("softmax", lambda s: s.compute_inline("e").compute_at("s", "y", "i")),
+    ("softmax", lambda s: s.split("y", "j", 4).vectorize("y", "j.i").compute_at("s", "y", "i")
+     .parallel("y", "i")),
+    ("conv", lambda s: s.split("Y", "y", 2).compute_at("Xp", "Y", "y.o")),
+    ("conv", lambda s: s.reorder("Y", "f", "rc", "r", "s", "y", "x").split("Y", "x", 4)
+     .vectorize("Y", "x.i").compute_inline("Xp")),
+    ("conv", lambda s: s.cache_write("Y", "local").split("Y", "x", 4)
+     .compute_at("Y.local", "Y", "x.o").compute_at("Xp", "Y.local", "rc")),
+    ("norm", lambda s: s.split("r", "i", 2).parallel("r", "i.o")),
+    ("axpy", lambda s: s.split("z", "i", 4).vectorize("z", "i.i").split("w", "i", 8)),
+    ("intdiv", lambda s: s.fuse("C", "i", "j").split("C", "i.j.f", 16)
+     .vectorize("C", "i.j.f.i")),
+    ("total", lambda s: s.reorder("s", "r2", "r1").split("s", "r2", 2).unroll("s", "r2.i")),
+]
+
+
+@pytest.mark.parametrize("case", range(len(OTHER_SCHEDULES)))
+@pytest.mark.parametrize("bind", [True, False])
+def test_other_schedules(case, bind):
+    name, sched = OTHER_SCHEDULES[case]
+    func = check(name, sched, bind=bind)
+    if bind:
+        assert func.attrs["unproven_accesses"] == 0
+
+
+def test_compute_at_region_is_the_tile():
+    """T computed at C.i.o of a split by 4 needs 4 + 2 elements (halo) per iteration."""
+    func = check("blur", lambda s: s.split("C", "i", 4).compute_at("T", "C", "i.o"))
+    (t,) = [s.buffer for s in walk_stmt(func.body) if type(s).__name__ == "Allocate"]
+    assert t.scope == "local" and t.shape == (te.Const(6, "i64"),)
+
+
+def test_knob_config_changes_the_nest():
+    fn = matmul()
+    s = Schedule(fn).knob("tj", [4, 8]).split("C", "j", te_knob("tj"))
+    for tj in (4, 8):
+        func = check("matmul", s, config={"tj": tj})
+        assert any(lp.extent == te.Const(tj, "i64") for lp in loops(func))
+
+
+def te_knob(name):
+    from tdsl.lowering.schedule import Knob
+    return Knob(name)
+
+
+def test_tensorize_gemv():
+    a, b = te.placeholder("a", (4,)), te.placeholder("b", (4, 8))
+    kk = te.reduce_axis(4, "kk")
+    c = te.compute("c", (8,), lambda j: te.reduce("sum", a[kk.var] * b[kk.var, j], kk), ["jj"])
+    gemv = TensorIntrin("gemv_4x8", te.Function("gemv", (a, b), (c,)), "/* C */")
+    sched = (lambda s: s.split("C", "j", 8).split("C", "k", 4)
+             .reorder("C", "i", "j.o", "k.o", "k.i", "j.i").tensorize("C", "k.i", gemv))
+    func = check("matmul", sched, dict(M=3, N=16, K=8))
+    assert func.attrs["extern_sources"] == {"gemv_4x8": "/* C */"}
+    assert "gemv_4x8" in str(func)
+    with pytest.raises(ScheduleError, match="tail"):
+        check("matmul", sched, dict(M=3, N=13, K=8))
+    bad = (lambda s: s.split("C", "j", 4).split("C", "k", 4)
+           .reorder("C", "i", "j.o", "k.o", "k.i", "j.i").tensorize("C", "k.i", gemv))
+    with pytest.raises(ScheduleError, match="extent"):
+        check("matmul", bad, dict(M=3, N=16, K=8))
+
+
+def test_unbound_shape_vars_stay_symbolic():
+    func = lower(matmul(), Schedule(matmul()), shapes={"K": 5})
+    assert [v.name for v in func.shape_vars] == ["M", "N"]
+    assert [str(b.shape[1]) for b in func.params] == ["5", "N", "N"]
+
+
+# ---------------------------------------------------------------------------- random schedules
+
+def _draw_directive(data, g, fn):
+    """One random directive over the current stage graph (maybe illegal)."""
+    stages = g.live()
+    name = data.draw(st.sampled_from(stages))
+    s = g.stages[name]
+    leaves = s.leaves
+    kind = data.draw(st.sampled_from(["split", "split", "tile", "fuse", "reorder", "at",
+                                      "inline", "root", "vectorize", "unroll", "parallel",
+                                      "cache_read", "cache_write"]))
+    sch = Schedule(fn)
+    match kind:
+        case "split":
+            return sch.split(name, data.draw(st.sampled_from(leaves)),
+                             data.draw(st.integers(1, 8))).directives[0]
+        case "tile" if len(leaves) >= 2:
+            x, y = data.draw(st.permutations(leaves))[:2]
+            return sch.tile(name, x, y, data.draw(st.integers(1, 5)),
+                            data.draw(st.integers(1, 5))).directives[0]
+        case "fuse" if len(leaves) >= 2:
+            k = data.draw(st.integers(0, len(leaves) - 2))
+            return sch.fuse(name, leaves[k], leaves[k + 1]).directives[0]
+        case "reorder":
+            return sch.reorder(name, *data.draw(st.permutations(leaves))).directives[0]
+        case "at":
+            readers = g.readers(name)
+            if readers:
+                cons = data.draw(st.sampled_from(readers))
+                axis = data.draw(st.sampled_from(g.stages[cons].leaves))
+                return sch.compute_at(name, cons, axis).directives[0]
+        case "inline":
+            return sch.compute_inline(name).directives[0]
+        case "root":
+            return sch.compute_root(name).directives[0]
+        case "vectorize" | "unroll" | "parallel":
+            return getattr(sch, kind)(name, data.draw(st.sampled_from(leaves))).directives[0]
+        case "cache_read":
+            t = data.draw(st.sampled_from([t.name for t in fn.inputs]))
+            return sch.cache_read(t, data.draw(st.sampled_from(["local", "global"]))
+                                  ).directives[0]
+        case "cache_write":
+            return sch.cache_write(name, "local").directives[0]
+    return None
+
+
+RANDOM_OPS = ["matmul", "blur", "transpose_add", "softmax", "conv", "norm", "axpy", "intdiv"]
+
+
+@pytest.mark.parametrize("name", RANDOM_OPS)
+@settings(max_examples=25, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_random_legal_schedules_match_numpy(name, data):
+    fn = OPS[name].build()
+    directives = []
+    for _ in range(data.draw(st.integers(0, 6))):
+        g = apply_schedule.run(fn, directives)
+        d = _draw_directive(data, g, fn)
+        if d is None:
+            continue
+        try:
+            apply_schedule.run(fn, directives + [d])
+        except ScheduleError:
+            continue                 # illegal here: draw on
+        directives.append(d)
+    sizes = {k: data.draw(st.sampled_from([1, 3, 7, 13])) for k in OPS[name].shapes}
+    if name == "conv":
+        sizes = {k: min(v, 7) for k, v in sizes.items()}
+    s = Schedule.from_directives(fn, directives)
+    func = check(name, s, sizes)
+    assert func.attrs["unproven_accesses"] == 0, directives
+    check(name, s, sizes, bind=False)
