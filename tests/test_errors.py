@@ -75,7 +75,7 @@ def test_error_text_has_position_line_and_caret(path):
         text = str(e)
         assert text.startswith(f"{e.span}: ")
         assert e.message in text
-        source_line = e.span.source.line(e.span.line).rstrip()
+        source_line = e.span.source.line(e.span.line).rstrip("\n")
         lines = text.splitlines()
         # the source line, then a line of spaces and carets under the error's column
         k = lines.index(f"    {source_line.expandtabs(1)}")

@@ -547,6 +547,22 @@ def test_op_call_renames_callee_indices_that_meet_caller_sizes():
                           ["f"].reference(x, w, b), x @ w.T)
 
 
+def test_op_call_intermediate_names_stay_unique():
+    # the caller already has a D_Xp, and calls conv2d twice: every stage keeps its own name
+    f = fn("""
+        import std
+        op f(X: f32[N, C, H, W], Wt: f32[F, C, 3, 3]) -> Y: f32[N, F, H, W] {
+            D_Xp: f32[N, C, H, W]
+            D_Xp[n, c, h, w] = X[n, c, h, w] * 2.0
+            D = conv2d(D_Xp, Wt; padding=1)
+            E = conv2d(D_Xp, Wt; padding=1)
+            Y = add(D, E)
+        }""")
+    names = [t.name for t in f.stages()]
+    assert len(names) == len(set(names)) == 6
+    assert {"D_Xp", "D_Xp1", "E_Xp", "D", "E", "Y"} == set(names)
+
+
 def test_op_call_equal_shapes_by_sampling_are_accepted():
     # H // 2 and (H - 2) // 2 + 1 are equal for every H, though not by algebra
     fn("""

@@ -61,7 +61,8 @@ def splice_call(inst, st: ast.CallStage) -> None:
                          f"{' is' if n == 1 else 's are'} assigned", st.span)
     binding = _bind_sizes(fn, args, call)
     taken = {v.name for x in kwargs.values() if isinstance(x, te.Expr) for v in te.free_vars(x)}
-    renamed = _copy_stages(fn, args, binding, st.targets, taken)
+    renamed = _copy_stages(fn, args, binding, st.targets, taken, inst.spliced | set(inst.stages))
+    inst.spliced.update(t.name for t in renamed.values())
     for target, out in zip(st.targets, fn.outputs):
         t = renamed[id(out)]
         info = inst.stages[target]
@@ -175,12 +176,15 @@ def _hint(example: dict, a, b) -> str | None:
     return f"they differ, e.g. with {where}: {_eval(a, example)} and {_eval(b, example)}"
 
 
-def _copy_stages(fn: te.Function, args, binding, targets, taken=()) -> dict[int, te.Tensor]:
+def _copy_stages(fn: te.Function, args, binding, targets, taken=(), tensor_names=()
+                 ) -> dict[int, te.Tensor]:
     """Copies of the callee's stages reading the caller's tensors and sizes.
 
     The callee's index variables are renamed where they meet a name of the caller's
-    (``taken``: its sizes and symbolic attributes), since variables are equal by name.
+    (``taken``: its sizes and symbolic attributes), since variables are equal by name; its
+    intermediates become ``T_<name>``, numbered if that is in ``tensor_names`` already.
     """
+    used_names = set(tensor_names)
     mapping: dict[int, te.Tensor] = {id(p): a for p, a in zip(fn.inputs, args)}
     out_names = {id(o): t for o, t in zip(fn.outputs, targets)}
     prefix = targets[0]
@@ -200,7 +204,12 @@ def _copy_stages(fn: te.Function, args, binding, targets, taken=()) -> dict[int,
         return None
 
     for t in fn.stages():
-        name = out_names.get(id(t), f"{prefix}_{t.name}")
+        name = out_names.get(id(t))
+        if name is None:
+            name, k = f"{prefix}_{t.name}", 1
+            while name in used_names:
+                name, k = f"{prefix}_{t.name}{k}", k + 1
+            used_names.add(name)
         # sizes in normal form: `(H + 2 * 1 - 3) // 2 + 1` reads `(H - 1) // 2 + 1`
         axes = tuple(_renamed(te.IterVar(ax.var, affine.simplify(te.rewrite(ax.extent, post)),
                                          ax.kind), rename) for ax in t.op.axes)

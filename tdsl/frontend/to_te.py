@@ -43,6 +43,7 @@ class Instantiation:
     shape_vars: dict = field(default_factory=dict)
     positive: set = field(default_factory=set)
     stages: dict = field(default_factory=dict)
+    spliced: set = field(default_factory=set)      # names given to callees' intermediates
     _chain: list = field(default_factory=list)     # stages being built, for cycle messages
     _cycles: set = field(default_factory=set)      # cycles already reported
 
