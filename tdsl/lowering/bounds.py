@@ -40,8 +40,40 @@ class Ctx:
         return Ctx({**self.ranges, var: (value, value)}, self.facts)
 
     def with_cond(self, cond: te.Expr, truth: bool = True) -> "Ctx":
-        new = tuple(facts_of(cond, truth))
-        return Ctx(self.ranges, self.facts + new) if new else self
+        new = tuple(_with_numerators(facts_of(cond, truth)))
+        if not new:
+            return self
+        ranges = dict(self.ranges)
+        for f in new:       # a fact on one loop variable narrows its range: k*v + c <= 0
+            if len(f.terms) == 1:
+                (v, k), = f.terms.items()
+                if v in ranges and k > 0:
+                    ranges[v] = (ranges[v][0], _tighter("min", ranges[v][1], (-f.const) // k))
+                elif v in ranges and k < 0:
+                    ranges[v] = (_tighter("max", ranges[v][0], -(f.const // k)), ranges[v][1])
+        return Ctx(ranges, self.facts + new)
+
+
+def _with_numerators(facts: list[Lin]) -> list[Lin]:
+    """Add ``x <= c*K + c - 1`` for a fact ``x // c <= K`` (and ``x >= c*K`` for
+    ``x // c >= K``): guards of fused axes bound ``f // E``, accesses use ``f``."""
+    out = list(facts)
+    for f in facts:
+        if len(f.terms) != 1:
+            continue
+        (a, k), = f.terms.items()
+        match a:
+            case te.Binary("//", x, te.Const(c)) if c > 0 and k == 1:
+                out.append(linear(x) - Lin({}, c * -f.const + c - 1))
+            case te.Binary("//", x, te.Const(c)) if c > 0 and k == -1:
+                out.append(Lin({}, c * f.const) - linear(x))
+    return out
+
+
+def _tighter(name: str, old: te.Expr, bound: int) -> te.Expr:
+    if isinstance(old, te.Const):
+        return te.Const((min if name == "min" else max)(int(old.value), bound), INDEX)
+    return te.Intrinsic(name, (old, te.Const(bound, INDEX)), INDEX)
 
 
 def facts_of(cond: te.Expr, truth: bool = True) -> list[Lin]:
@@ -73,7 +105,9 @@ def bounds(e: te.Expr, ctx: Ctx | None = None) -> tuple[int | None, int | None]:
 
 def _hi(lin: Lin, ctx: Ctx, depth: int) -> int | None:
     best = _upper(lin, ctx, depth)
-    for f in ctx.facts:
+    # Facts are tried on the expression and one level into its atoms (``x // 13`` under
+    # ``x < 91``); deeper they would multiply the work at every level for little gain.
+    for f in ctx.facts if depth <= 1 else ():
         for m in _multipliers(lin, f):
             h = _upper(lin - f.scale(m), ctx, depth)
             if h is not None and (best is None or h < best):

@@ -97,6 +97,7 @@ def _span():
 
 @dataclass(frozen=True)
 class Split:
+    """``axis == outer * factor + inner``; a tail (factor not dividing) is guarded."""
     stage: str
     axis: str
     factor: int | Knob
@@ -111,6 +112,7 @@ class Split:
 
 @dataclass(frozen=True)
 class Tile:
+    """Split ``x`` by ``fx`` and ``y`` by ``fy``, then order ``xo, yo, xi, yi``."""
     stage: str
     x: str
     y: str
@@ -130,6 +132,7 @@ class Tile:
 
 @dataclass(frozen=True)
 class Fuse:
+    """Adjacent axes ``(a, b)`` become one: ``a == fused // Eb``, ``b == fused % Eb``."""
     stage: str
     axes: tuple[str, ...]
     fused: str | None = None
@@ -142,6 +145,7 @@ class Fuse:
 
 @dataclass(frozen=True)
 class Reorder:
+    """The named loops take, in this order, the positions they occupy."""
     stage: str
     axes: tuple[str, ...]
     span: Span | None = _span()
@@ -152,6 +156,7 @@ class Reorder:
 
 @dataclass(frozen=True)
 class ComputeAt:
+    """Compute ``stage`` inside loop ``axis`` of ``consumer``, for the region it reads."""
     stage: str
     consumer: str
     axis: str
@@ -160,18 +165,21 @@ class ComputeAt:
 
 @dataclass(frozen=True)
 class ComputeInline:
+    """Substitute ``stage``'s expression into its readers (no reduction, not an output)."""
     stage: str
     span: Span | None = _span()
 
 
 @dataclass(frozen=True)
 class ComputeRoot:
+    """Give ``stage`` its own loop nest over its whole extent (the default)."""
     stage: str
     span: Span | None = _span()
 
 
 @dataclass(frozen=True)
 class CacheRead:
+    """A new stage ``name[x] == tensor[x]`` in ``scope``, read by ``readers`` instead."""
     tensor: str
     scope: str
     readers: tuple[str, ...] = ()          # () = every stage that reads the tensor
@@ -185,6 +193,7 @@ class CacheRead:
 
 @dataclass(frozen=True)
 class CacheWrite:
+    """``stage``'s computation moves to ``name`` in ``scope``; ``stage`` copies it out."""
     stage: str
     scope: str
     name: str | None = None
@@ -196,6 +205,7 @@ class CacheWrite:
 
 @dataclass(frozen=True)
 class Vectorize:
+    """Lanes over a data loop; straight-line bodies become vector code."""
     stage: str
     axis: str
     span: Span | None = _span()
@@ -203,6 +213,7 @@ class Vectorize:
 
 @dataclass(frozen=True)
 class Unroll:
+    """Copies of the body per iteration (small constant extents), else a pragma."""
     stage: str
     axis: str
     span: Span | None = _span()
@@ -210,6 +221,7 @@ class Unroll:
 
 @dataclass(frozen=True)
 class Parallel:
+    """Iterations on threads (data loops only)."""
     stage: str
     axis: str
     span: Span | None = _span()
@@ -217,6 +229,7 @@ class Parallel:
 
 @dataclass(frozen=True)
 class Bind:
+    """A GPU thread axis (``blockIdx.x``, ``threadIdx.x``, ...) for a data loop."""
     stage: str
     axis: str
     thread_tag: str
@@ -225,6 +238,7 @@ class Bind:
 
 @dataclass(frozen=True)
 class StorageAlign:
+    """``stride[axis] == k * factor + offset``, the least such at least the dense one."""
     stage: str
     axis: str
     factor: int | Knob
@@ -234,6 +248,7 @@ class StorageAlign:
 
 @dataclass(frozen=True)
 class Tensorize:
+    """The loops from ``axis`` inward become one call of ``intrinsic``."""
     stage: str
     axis: str
     intrinsic: TensorIntrin

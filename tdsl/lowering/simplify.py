@@ -110,16 +110,18 @@ def from_linear(lin: Lin, dtype: str = INDEX) -> te.Expr:
 
 
 def _expand_floor_multiples(lin: Lin) -> Lin:
-    """``k * (x // c)`` with ``c | k`` -> ``(k / c) * (x - x % c)``, when that cancels terms
-    (``4 * (f // 4) + f % 4 -> f``); otherwise the floor term is the tighter one to bound."""
+    """``k * (x // c)`` with ``c | k`` -> ``(k / c) * (x - x % c)``, when that cancels the
+    ``x % c`` term (``4 * (f // 4) + f % 4 -> f``) or ``x``'s (``4 * (n // 4) - n -> -(n %
+    4)``); otherwise the floor term is the easier one to bound."""
     for atom, k in list(lin.terms.items()):
         match atom:
             case te.Binary("//", x, te.Const(c)) if c > 0 and k % c == 0:
                 m = k // c
                 rest = Lin({a: v for a, v in lin.terms.items() if a is not atom}, lin.const)
                 mod = te.Binary("%", x, te.Const(c, INDEX), INDEX)
-                out = rest + linear(x).scale(m) + Lin({mod: -m})
-                if len(out.terms) < len(lin.terms):
+                lx = linear(x)
+                out = rest + lx.scale(m) + Lin({mod: -m})
+                if mod not in out.terms or not any(a in out.terms for a in lx.terms):
                     return _expand_floor_multiples(out)
     return lin
 

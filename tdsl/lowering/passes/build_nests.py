@@ -38,7 +38,7 @@ from ..loop_ir import (Allocate, Buffer, BufferLoad, For, ForKind, If, LoweredFu
                        Stmt, Store)
 from ..simplify import ceil_div, divides, simplify
 from . import tensorize
-from .apply_schedule import FuseRel, SplitRel, StageGraph, StageState
+from .stage_graph import FuseRel, SplitRel, StageGraph, StageState
 from .flatten import aligned_strides
 
 
@@ -155,7 +155,6 @@ class Builder:
             root_ext[iv.var.name] = self.bind(iv.extent)
         ext, values, guards = _derive(st, root_ext, {a: self.fresh(st.name, a)
                                                      for a in st.leaves})
-        leaf_vars = {a: values[a] for a in st.leaves}
         rel = [values[iv.var.name] for iv in st.data]
         absolute = [_add(region[d][0], r) for d, r in enumerate(rel)] if region else rel
         if region:      # the region may stick out of the tensor (a tail, a halo)
@@ -167,24 +166,10 @@ class Builder:
         sub = {iv.var: a for iv, a in zip(st.data, absolute)}
         sub.update({iv.var: values[iv.var.name] for iv in st.reduce})
         value = te.substitute(self.bind(_rename_reduces(st.value, self, st.name)), sub)
-        loops = [(leaf_vars[a], ext[a], *st.annotations.get(a, (ForKind.SERIAL, None)))
+        loops = [(values[a], ext[a], *st.annotations.get(a, (ForKind.SERIAL, None)))
                  for a in st.leaves]
 
-        # Stages computed at one of our loops: their region, buffer, and nest.
-        attach: dict[int, list] = {}
-        access = dict(access)
-        for prod, axis in self.g.attached_at(st.name):
-            pos = st.leaves.index(axis)
-            pst = self.g.stages[prod]
-            outer = dict(ranges)
-            outer.update({v: (te.Const(0, INDEX), e) for v, e, _, _ in loops[:pos + 1]})
-            reg = self.infer_region(pst, value, loops[pos + 1:], outer)
-            scope = pst.scope or "local"
-            buf = self.buffer(prod, pst.dtype, [e for _, e in reg], scope, pst.align)
-            access[prod] = Access(buf, tuple(m for m, _ in reg))
-            nest = self.stage(pst, reg, outer, access)
-            attach.setdefault(pos, []).append((buf, nest))
-
+        attach, access = self.attachments(st, value, loops, ranges, access)
         store = self.access[st.name] if st.name in self.access else access[st.name]
         out_index = store.index(absolute)
         pre, value_ir = _lower_value(value, access, self, st.name)
@@ -221,19 +206,25 @@ class Builder:
                                  value_ir))
             update = _nest(loops[p:], _wrap(pre, body), place(guards, p, n), inner_att)
         if st.combiner:
-            data_loops = [lp for lp, a in zip(loops[p:], st.leaves[p:]) if st.kind[a] == "data"]
-            data_guards = [c for c in guards if not any(
-                st.kind[a] == "reduce" for a in st.leaves if leaf_vars[a] in te.free_vars(c))]
-            k_of = {lp[0]: k for k, lp in enumerate(data_loops)}
-            init_guards = []
-            for c in data_guards:
-                ks = [k_of[v] for v in te.free_vars(c) if v in k_of]
-                if ks:
-                    init_guards.append((c, max(ks)))
-            init = _nest(data_loops, Store(store.buffer, out_index,
-                                           identity(st.combiner, st.dtype)), init_guards, {})
-            update = _seq(init, update)
+            update = _seq(_init_nest(st, loops, p, guards, store, out_index), update)
         return _nest(loops[:p], update, outer_part, outer_att)
+
+    def attachments(self, st: StageState, value, loops, ranges, access):
+        """The stages computed at one of ``st``'s loops: ``{position: [(buffer, nest)]}``,
+        and ``access`` extended with their buffers (indexed relative to their regions)."""
+        attach: dict[int, list] = {}
+        access = dict(access)
+        for prod, axis in self.g.attached_at(st.name):
+            pos = st.leaves.index(axis)
+            pst = self.g.stages[prod]
+            outer = dict(ranges)
+            outer.update({v: (te.Const(0, INDEX), e) for v, e, _, _ in loops[:pos + 1]})
+            reg = self.infer_region(pst, value, loops[pos + 1:], outer)
+            buf = self.buffer(prod, pst.dtype, [e for _, e in reg], pst.scope or "local",
+                              pst.align)
+            access[prod] = Access(buf, tuple(m for m, _ in reg))
+            attach.setdefault(pos, []).append((buf, self.stage(pst, reg, outer, access)))
+        return attach, access
 
     def infer_region(self, pst: StageState, value: te.Expr, inner_loops, outer_ranges):
         """The box of ``pst`` read by one iteration of the attach loop: the union over the
@@ -274,6 +265,20 @@ class Builder:
             else:
                 region.append((lo, ext))
         return region
+
+
+def _init_nest(st: StageState, loops, p: int, guards, store: Access, index) -> Stmt:
+    """``T[idx] = identity`` over the data loops after position ``p`` (where the first
+    reduction loop is), under the guards that use no reduction loop."""
+    data = [lp for lp, a in zip(loops[p:], st.leaves[p:]) if st.kind[a] == "data"]
+    reduce_vars = {lp[0] for lp, a in zip(loops, st.leaves) if st.kind[a] == "reduce"}
+    k_of = {lp[0]: k for k, lp in enumerate(data)}
+    placed = []
+    for c in guards:
+        ks = [k_of[v] for v in te.free_vars(c) if v in k_of]
+        if ks and not (te.free_vars(c) & reduce_vars):
+            placed.append((c, max(ks)))
+    return _nest(data, Store(store.buffer, index, identity(st.combiner, st.dtype)), placed, {})
 
 
 def _derive(st: StageState, root_ext: dict, leaf_vars: dict):

@@ -46,6 +46,21 @@ def cond(c: te.Expr, ctx: Ctx) -> te.Expr:
     return conjoin(kept)
 
 
+def _absorb_guard(var, mn, ext, body):
+    """``for v in [m, m+E): if v < K and c: s`` -> ``for v in [m, K): if c: s`` when the new
+    extent is a smaller constant (e.g. a split of an axis shorter than the factor)."""
+    if not (isinstance(body, If) and body.orelse is None and isinstance(mn, te.Const)
+            and isinstance(ext, te.Const)):
+        return None
+    for part in conjuncts(body.cond):
+        if isinstance(part, te.Compare) and part.op == "<" and part.a == var \
+                and isinstance(part.b, te.Const) and part.b.value - mn.value < ext.value:
+            rest = conjoin([x for x in conjuncts(body.cond) if x is not part])
+            then = body.then if rest == te.Const(True, "bool") else If(rest, body.then)
+            return te.Const(max(0, part.b.value - mn.value), ext.dtype), then
+    return None
+
+
 def substitute_stmt(s: Stmt, mapping: dict) -> Stmt:
     return rewrite_stmt(s, expr=lambda e: te.substitute(e, mapping))
 
@@ -62,7 +77,12 @@ def stmt(s: Stmt, ctx: Ctx) -> Stmt | None:
             if ext == te.Const(1, ext.dtype) and not keep:
                 return stmt(substitute_stmt(body, {var: mn}), ctx)
             body = stmt(body, ctx.with_loop(var, mn, ext))
-            return None if body is None else For(var, mn, ext, kind, body, tag)
+            if body is None:
+                return None
+            tighter = _absorb_guard(var, mn, ext, body)
+            if tighter is not None:
+                return stmt(For(var, mn, tighter[0], kind, tighter[1], tag), ctx)
+            return For(var, mn, ext, kind, body, tag)
         case If(c, then, orelse):
             c = cond(c, ctx)
             if isinstance(c, te.Const):

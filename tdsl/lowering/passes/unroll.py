@@ -5,7 +5,8 @@ After: an UNROLLED loop with a constant extent of at most `MAX_EXTENT` whose cop
 most `MAX_STATEMENTS` statements is replaced by ``body[v := min + 0]; body[v := min + 1];
 ...`` (the simplifier folds the constants next). Separate statements are what lets a C
 compiler keep a register tile's rows in registers (see anchors.md). Any other UNROLLED loop
-is kept for the emitter to print with an unroll pragma.
+is kept for the emitter to print with an unroll pragma, as is one whose body allocates (the
+copies would declare one buffer several times in one C scope).
 """
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import dataclasses
 
 from .. import te
 from ..dtypes import INDEX
-from ..loop_ir import For, ForKind, LoweredFunc, Seq, rewrite_stmt, walk_stmt
+from ..loop_ir import Allocate, For, ForKind, LoweredFunc, Seq, rewrite_stmt, walk_stmt
 
 MAX_EXTENT = 32
 MAX_STATEMENTS = 512
@@ -31,8 +32,9 @@ def unroll_loop(loop: For):
     if not isinstance(loop.extent, te.Const):
         return None
     n = int(loop.extent.value)
-    size = sum(1 for _ in walk_stmt(loop.body))
-    if n > MAX_EXTENT or n * size > MAX_STATEMENTS:
+    stmts = list(walk_stmt(loop.body))
+    if n > MAX_EXTENT or n * len(stmts) > MAX_STATEMENTS or \
+            any(isinstance(s, Allocate) for s in stmts):
         return None
     copies = []
     for k in range(n):

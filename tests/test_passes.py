@@ -1,0 +1,330 @@
+"""Passes, before and after (TVM BaseBeforeAfter style), and the simplifier's rules."""
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tdsl.lowering import te
+from tdsl.lowering.bounds import Ctx, bounds, prove, relax
+from tdsl.lowering.loop_ir import (Allocate, Broadcast, Buffer, BufferLoad, For, ForKind, If,
+                                   LoweredFunc, Ramp, Seq, Store, walk_stmt)
+from tdsl.lowering.lower import lower
+from tdsl.lowering.passes import (bounds_check, flatten, partition, simplify as simplify_pass,
+                                  unroll, vectorize, verify)
+from tdsl.lowering.schedule import Schedule
+from tdsl.lowering.simplify import simplify
+
+I = "i64"
+i, j, io, ii, f, N = (te.Var(n) for n in ("i", "j", "io", "ii", "f", "N"))
+
+
+def c(v, dt=I):
+    return te.Const(v, dt)
+
+
+def add(a, b):
+    return te.Binary("+", a, b, I)
+
+
+def mul(a, b):
+    return te.Binary("*", a, b, I)
+
+
+def div(a, b):
+    return te.Binary("//", a, b, I)
+
+
+def mod(a, b):
+    return te.Binary("%", a, b, I)
+
+
+def in_loops(*ranges):
+    """A bound callback for `simplify` with ``var in [0, extent)`` for each pair."""
+    ctx = Ctx()
+    for v, n in ranges:
+        ctx = ctx.with_loop(v, c(0), c(n) if isinstance(n, int) else n)
+    return lambda e: bounds(e, ctx)
+
+
+# ---------------------------------------------------------------------------- simplifier
+
+@pytest.mark.parametrize("before, after", [
+    (mul(i, c(1)), i),                                              # x * 1
+    (add(i, c(0)), i),                                              # x + 0
+    (add(c(2), c(3)), c(5)),                                        # constant folding
+    (te.Binary("-", add(mul(io, c(8)), ii), mul(io, c(8)), I), ii),  # terms cancel
+    (div(mul(i, c(4)), c(4)), i),                                   # (a*c)//c
+    (mod(mul(i, c(4)), c(4)), c(0)),                                # (a*c)%c
+    (div(add(mul(io, c(8)), ii), c(4)), add(mul(io, c(2)), div(ii, c(4)))),  # pull out c*q
+    (add(mul(div(f, c(4)), c(4)), mod(f, c(4))), f),                # fuse then split: f
+    (div(div(i, c(2)), c(3)), div(i, c(6))),                        # (x//a)//b
+    (te.Binary("*", te.Var("x", "f32"), c(1.0, "f32"), "f32"), te.Var("x", "f32")),
+    (te.Compare("<", add(i, c(1)), i), c(False, "bool")),
+    (te.Intrinsic("min", (add(i, c(3)), i), I), i),
+    (te.Select(c(True, "bool"), i, j, I), i),
+    (te.Logical("and", c(True, "bool"), te.Compare("<", i, j)), te.Compare("<", i, j)),
+])
+def test_simplify_rules(before, after):
+    assert simplify(before) == after
+
+
+def test_simplify_in_context():
+    """Inside ``for ii in [0, 4)``: (io*4 + ii) // 4 == io and (io*4 + ii) % 4 == ii."""
+    b = in_loops((ii, 4), (io, N))
+    x = add(mul(io, c(4)), ii)
+    assert simplify(div(x, c(4)), b) == io
+    assert simplify(mod(x, c(4)), b) == ii
+    assert simplify(te.Compare("<", ii, c(4)), b) == c(True, "bool")
+    assert simplify(te.Compare("<", x, mul(N, c(4))), b) == c(True, "bool")
+    assert str(simplify(te.Compare("<", x, N), b)) == "ii + io * 4 < N"   # unknown: kept
+
+
+def test_simplify_float_keeps_nan_semantics():
+    x = te.Var("x", "f32")
+    e = te.Binary("*", x, c(0.0, "f32"), "f32")
+    assert simplify(e) == e                     # x * 0.0 is NaN for x = inf
+
+
+def _exprs():
+    leaf = st.one_of(st.sampled_from([i, j, N]), st.integers(-9, 9).map(c))
+
+    def grow(sub):
+        return st.one_of(
+            st.tuples(st.sampled_from("+-*"), sub, sub).map(lambda t: te.Binary(*t, I)),
+            st.tuples(st.sampled_from(["//", "%"]), sub, st.integers(1, 6).map(c))
+            .map(lambda t: te.Binary(*t, I)),
+            st.tuples(st.sampled_from(["min", "max"]), sub, sub)
+            .map(lambda t: te.Intrinsic(t[0], (t[1], t[2]), I)),
+        )
+    return st.recursive(leaf, grow, max_leaves=8)
+
+
+def _value(e, env):
+    match e:
+        case te.Var(name):
+            return env[name]
+        case te.Const(v):
+            return v
+        case te.Binary(op, a, b):
+            x, y = _value(a, env), _value(b, env)
+            return {"+": x + y, "-": x - y, "*": x * y}.get(op) if op in ("+", "-", "*") \
+                else (x // y if op == "//" else x % y)
+        case te.Intrinsic(name, (a, b)):
+            return (min if name == "min" else max)(_value(a, env), _value(b, env))
+        case te.Compare(op, a, b):
+            return eval(f"{_value(a, env)} {op} {_value(b, env)}")
+    raise AssertionError(e)
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(e=_exprs(), vi=st.integers(0, 5), vj=st.integers(-20, 20), vn=st.integers(1, 30))
+def test_simplify_preserves_value(e, vi, vj, vn):
+    """At random points. Without context any values; in context ``i`` is in its loop range
+    and the other variables, which no loop binds, are sizes (>= 0), as in lowered code."""
+    env = {"i": vi, "j": vj, "N": vn}
+    assert _value(simplify(e), env) == _value(e, env)
+    env["j"] = abs(vj)
+    assert _value(simplify(e, in_loops((i, 6))), env) == _value(e, env)
+
+
+def test_simplify_fixed_point_limit():
+    from tdsl.lowering import simplify as S
+    old = S.RULES
+    try:
+        # Two rules that undo each other: the loop must stop and say so.
+        flip = (lambda e, b: te.Binary("+", e.b, e.a, I) if isinstance(e, te.Binary) else None,)
+        S.RULES = flip
+        with pytest.raises(RuntimeError, match="converge"):
+            S.simplify(add(i, j))
+    finally:
+        S.RULES = old
+
+
+# ---------------------------------------------------------------------------- bounds
+
+def test_bounds_and_proofs():
+    ctx = Ctx().with_loop(io, c(0), div(add(N, c(3)), c(4))).with_loop(ii, c(0), c(4))
+    x = add(mul(io, c(4)), ii)
+    assert bounds(x, ctx)[0] == 0
+    assert prove(te.Compare("<", x, N), ctx) is None               # the tail: unknown
+    guarded = ctx.with_cond(te.Compare("<", x, N))
+    assert prove(te.Compare("<", x, N), guarded) is True
+    assert prove(te.Compare(">=", x, c(0)), ctx) is True
+    main = Ctx().with_loop(io, c(0), div(N, c(4))).with_loop(ii, c(0), c(4))
+    assert prove(te.Compare("<", x, N), main) is True               # 4*(N//4) <= N
+    assert prove(te.Compare("<", ii, c(0)), ctx) is False
+
+
+def test_relax_gives_the_tile():
+    lo, hi = relax(add(add(mul(io, c(4)), ii), c(2)), {ii: (c(0), c(3))})
+    assert (lo, hi) == (add(mul(io, c(4)), c(2)), add(mul(io, c(4)), c(5)))
+
+
+# ---------------------------------------------------------------------------- passes on ops
+
+def vector_add():
+    n = te.Var("n")
+    A, B = te.placeholder("A", (n,)), te.placeholder("B", (n,))
+    C = te.compute("C", (n,), lambda x: A[x] + B[x], ["x"])
+    return te.Function("vadd", (A, B), (C,), (n,))
+
+
+def _ifs(func):
+    return [s for s in walk_stmt(func.body) if isinstance(s, If)]
+
+
+def test_divisible_split_has_no_guard():
+    fn = vector_add()
+    func = lower(fn, Schedule(fn).split("C", "x", 4), shapes={"n": 16})
+    assert _ifs(func) == []
+    assert func.attrs["unproven_accesses"] == 0
+
+
+def test_tail_split_has_a_guard():
+    """``x.o * 4 + x.i < 18``: the bounds proof uses the guard, so no other check appears."""
+    fn = vector_add()
+    func = lower(fn, Schedule(fn).split("C", "x", 4), shapes={"n": 18})
+    (guard,) = _ifs(func)
+    assert str(guard.cond) == "x.i + x.o * 4 < 18"
+    assert func.attrs["unproven_accesses"] == 0
+
+
+def test_symbolic_split_guard_and_partition():
+    fn = vector_add()
+    s = Schedule(fn).split("C", "x", 8).vectorize("C", "x.i")
+    func = lower(fn, s)
+    main, tail = [s for s in walk_stmt(func.body) if isinstance(s, For)][:2]
+    assert str(main.extent) == "n // 8" and str(tail.min) == "n // 8"
+    assert not any(isinstance(x, If) for x in walk_stmt(main.body))     # main: vector code
+    assert isinstance(main.body, Store) and isinstance(main.body.indices[0], Ramp)
+    assert any(isinstance(x, If) for x in walk_stmt(tail.body))         # tail: guarded
+    assert func.attrs["unproven_accesses"] == 0
+
+
+def test_constant_tail_becomes_straight_line():
+    fn = vector_add()
+    func = lower(fn, Schedule(fn).split("C", "x", 8).vectorize("C", "x.i"), shapes={"n": 20})
+    text = str(func)
+    assert "C[ramp(x.o * 8, 1, 8)]" in text                           # two full vectors
+    assert "vectorized x.i in [0, 8)" in text and "x.i + 16 < 20" in text  # one guarded tail
+
+
+def test_bounds_check_guards_unprovable_accesses():
+    """``B[i] = A[i + 1]`` over ``i in [0, 4)`` with ``A`` of 4 elements: the load is not
+    provable, so it is guarded; the proof costs nothing where it succeeds."""
+    a, b = Buffer("A", "f32", (c(4),)), Buffer("B", "f32", (c(4),))
+    body = For(i, c(0), c(4), ForKind.SERIAL,
+               Store(b, (i,), BufferLoad(a, (add(i, c(1)),), "f32")))
+    func = bounds_check.run(LoweredFunc("f", (a, b), body, (), 1))
+    assert func.attrs["unproven_accesses"] == 1
+    store = func.body.body
+    assert isinstance(store.value, te.Select)
+    assert store.value.t.predicate is not None
+    from tdsl.lowering.interp import run
+    np.testing.assert_array_equal(run(func, [np.arange(4, dtype=np.float32)])[0], [1, 2, 3, 0])
+    ok = LoweredFunc("f", (a, b), For(i, c(0), c(4), ForKind.SERIAL,
+                                      Store(b, (i,), BufferLoad(a, (i,), "f32"))), (), 1)
+    assert bounds_check.run(ok).body == ok.body
+
+
+def test_bounds_check_uses_select_conditions():
+    fn = vector_add()
+    n = fn.shape_vars[0]
+    A = fn.inputs[0]
+    Cc = te.compute("C", (n,), lambda x: te.select(te.binary(">=", x, 1), A[x - 1], 0.0), ["x"])
+    g = te.Function("shift", (A,), (Cc,), (n,))
+    func = lower(g, Schedule(g))
+    assert func.attrs["unproven_accesses"] == 0
+
+
+def test_flatten_row_major_and_aligned():
+    a = Buffer("A", "f32", (c(3), c(5)))
+    assert str(flatten.flat_index(a, (i, j))) == "i * 5 + j"
+    aligned = flatten.aligned_strides((c(3), c(5)), {0: (8, 1)})
+    assert aligned == (c(9), c(1))                        # 5 -> 9 == 1*8 + 1
+    t = Buffer("T", "f32", (c(3), c(5)), "local", aligned)
+    body = Allocate(t, Store(t, (i, j), c(0.0, "f32")))
+    func = flatten.run(LoweredFunc("f", (), For(i, c(0), c(3), ForKind.SERIAL,
+                                                For(j, c(0), c(5), ForKind.SERIAL, body)), (), 0))
+    alloc = [s for s in walk_stmt(func.body) if isinstance(s, Allocate)][0]
+    assert alloc.buffer.shape == (c(27),)
+    assert str(alloc.body.indices[0]) == "i * 9 + j"
+    verify.run(func)
+
+
+def test_vectorize_contiguous_and_broadcast():
+    a, s_, b = (Buffer("A", "f32", (c(16),)), Buffer("s", "f32", (c(1),)),
+                Buffer("B", "f32", (c(16),)))
+    body = Store(b, (add(i, c(8)),), te.Binary("*", BufferLoad(a, (i,), "f32"),
+                                              BufferLoad(s_, (c(0),), "f32"), "f32"))
+    func = LoweredFunc("f", (a, s_, b), For(i, c(0), c(8), ForKind.VECTORIZED, body), (), 2,
+                       {"flattened": True})
+    out = vectorize.run(func).body
+    assert out == Store(b, (Ramp(c(8), c(1), 8, "i64x8"),), te.Binary(
+        "*", BufferLoad(a, (Ramp(c(0), c(1), 8, "i64x8"),), "f32x8"),
+        Broadcast(BufferLoad(s_, (c(0),), "f32"), 8, "f32x8"), "f32x8"))
+
+
+@pytest.mark.parametrize("why, body, extent", [
+    ("strided", lambda a, b: Store(b, (i,), BufferLoad(a, (mul(i, c(2)),), "f32")), 8),
+    ("not a power of two", lambda a, b: Store(b, (i,), BufferLoad(a, (i,), "f32")), 6),
+    ("a call", lambda a, b: Store(b, (i,), te.Intrinsic("exp", (BufferLoad(a, (i,), "f32"),),
+                                                          "f32")), 8),
+    ("a guard", lambda a, b: If(te.Compare("<", i, c(5)), Store(b, (i,), c(0.0, "f32"))), 8),
+])
+def test_vectorize_keeps_the_loop(why, body, extent):
+    a, b = Buffer("A", "f32", (c(16),)), Buffer("B", "f32", (c(16),))
+    loop = For(i, c(0), c(extent), ForKind.VECTORIZED, body(a, b))
+    func = LoweredFunc("f", (a, b), loop, (), 1, {"flattened": True})
+    assert vectorize.run(func).body == loop, why
+
+
+def test_unroll_copies_small_loops():
+    b = Buffer("B", "f32", (c(4),))
+    loop = For(i, c(0), c(3), ForKind.UNROLLED, Store(b, (i,), c(1.0, "f32")))
+    func = simplify_pass.run(unroll.run(LoweredFunc("f", (b,), loop, (), 0)))
+    assert func.body == Seq(tuple(Store(b, (c(k),), c(1.0, "f32")) for k in range(3)))
+    big = For(i, c(0), c(1000), ForKind.UNROLLED, Store(b, (c(0),), c(1.0, "f32")))
+    assert unroll.run(LoweredFunc("f", (b,), big, (), 0)).body == big   # kept, for a pragma
+
+
+def test_simplify_pass_drops_empty_and_trivial_loops():
+    b = Buffer("B", "f32", (c(4),))
+    body = Seq((For(i, c(0), c(0), ForKind.SERIAL, Store(b, (i,), c(1.0, "f32"))),
+                For(j, c(2), c(1), ForKind.SERIAL, Store(b, (j,), c(2.0, "f32"))),
+                If(te.Compare("<", c(1), c(2)), Store(b, (c(3),), c(3.0, "f32")))))
+    out = simplify_pass.run(LoweredFunc("f", (b,), body, (), 0)).body
+    assert out == Seq((Store(b, (c(2),), c(2.0, "f32")), Store(b, (c(3),), c(3.0, "f32"))))
+
+
+def test_partition_only_for_vectorized_guards():
+    b = Buffer("B", "f32", (c(20),))
+    guard = te.Compare("<", add(mul(io, c(8)), ii), c(20))
+    inner = If(guard, Store(b, (add(mul(io, c(8)), ii),), c(1.0, "f32")))
+    for kind, parts in ((ForKind.VECTORIZED, 2), (ForKind.SERIAL, 1)):
+        loop = For(io, c(0), c(3), ForKind.SERIAL, For(ii, c(0), c(8), kind, inner))
+        out = partition.run(LoweredFunc("f", (b,), loop, (), 0)).body
+        assert (len(out.stmts) if isinstance(out, Seq) else 1) == parts
+
+
+def test_verify_catches_broken_invariants():
+    b = Buffer("B", "f32", (c(4),))
+    with pytest.raises(AssertionError, match="not bound"):
+        verify.run(LoweredFunc("f", (b,), Store(b, (i,), c(1.0, "f32")), (), 0))
+    t = Buffer("T", "f32", (c(4),))
+    with pytest.raises(AssertionError, match="allocated"):
+        verify.run(LoweredFunc("f", (b,), Store(t, (c(0),), c(1.0, "f32")), (), 0))
+    nested = For(i, c(0), c(2), ForKind.SERIAL, For(i, c(0), c(2), ForKind.SERIAL,
+                                                   Store(b, (i,), c(1.0, "f32"))))
+    with pytest.raises(AssertionError, match="shadows"):
+        verify.run(LoweredFunc("f", (b,), nested, (), 0))
+
+
+def test_dump_ir(monkeypatch, capsys):
+    monkeypatch.setenv("TDSL_DUMP_IR", "1")
+    fn = vector_add()
+    lower(fn, Schedule(fn), shapes={"n": 4})
+    err = capsys.readouterr().err
+    for name in ("build_nests", "simplify", "partition", "bounds_check", "flatten",
+                 "vectorize", "unroll"):
+        assert f"--- after {name} ---" in err
