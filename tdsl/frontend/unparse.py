@@ -1,10 +1,9 @@
 """AST -> .tdsl text. Parsing the output gives back an equal AST (spans aside)."""
 from __future__ import annotations
 
+from ..lowering.te_printer import PRECEDENCE as _PREC
 from . import ast
 
-_PREC = {"or": 1, "and": 2, "not": 3, "<": 4, "<=": 4, ">": 4, ">=": 4, "==": 4, "!=": 4,
-         "+": 5, "-": 5, "*": 6, "/": 6, "//": 6, "%": 6, "neg": 7}
 _ATOM = 100
 
 

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from . import te
 
-# Higher binds tighter; matches the grammar's precedence.
-_PREC = {"or": 1, "and": 2, "not": 3, "<": 4, "<=": 4, ">": 4, ">=": 4, "==": 4, "!=": 4,
+# Higher binds tighter; matches the grammar's precedence (the AST unparser shares it).
+PRECEDENCE = {"or": 1, "and": 2, "not": 3, "<": 4, "<=": 4, ">": 4, ">=": 4, "==": 4, "!=": 4,
          "+": 5, "-": 5, "*": 6, "/": 6, "//": 6, "%": 6, "neg": 7}
 
 
@@ -26,13 +26,13 @@ def _fmt(e: te.Expr) -> tuple[str, int]:
                 return (text if dtype == "f32" else f"f64({text})"), atom
             return str(value), atom
         case te.Binary(op, a, b) | te.Compare(op, a, b) | te.Logical(op, a, b):
-            p = _PREC[op]
+            p = PRECEDENCE[op]
             # left-associative: the right operand needs parentheses at equal precedence
             return f"{format_expr(a, p)} {op} {format_expr(b, p + 1)}", p
         case te.Unary("not", a):
-            return f"not {format_expr(a, _PREC['not'])}", _PREC["not"]
+            return f"not {format_expr(a, PRECEDENCE['not'])}", PRECEDENCE["not"]
         case te.Unary(op, a):
-            return f"-{format_expr(a, _PREC['neg'] + 1)}", _PREC["neg"]
+            return f"-{format_expr(a, PRECEDENCE['neg'] + 1)}", PRECEDENCE["neg"]
         case te.Select(c, t, f):
             return f"select({format_expr(c)}, {format_expr(t)}, {format_expr(f)})", atom
         case te.Cast(a, dtype):
