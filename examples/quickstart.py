@@ -30,3 +30,9 @@ try:
     tdsl.loads("op bad(X: f32[N]) -> Y: f32[N] {\n    Y[i] = X[i + 1]\n}", "bad.tdsl")
 except tdsl.TdslError as e:
     print(e)
+
+# Compile it to C (gcc, cached), call it on numpy arrays, read its loop nest.
+kernel = op.build(target="c")
+assert np.allclose(kernel(x, w, b), y, atol=1e-5)
+print("compiled C matches the reference")
+print(op.lower(shapes={"N": 4, "K": 8, "M": 3}))
