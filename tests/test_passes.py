@@ -328,3 +328,11 @@ def test_dump_ir(monkeypatch, capsys):
     for name in ("build_nests", "simplify", "partition", "bounds_check", "flatten",
                  "vectorize", "unroll"):
         assert f"--- after {name} ---" in err
+
+
+def test_vectorize_symbolic_extent_keeps_a_pragma_loop():
+    """Vectorizing a loop of unknown extent is legal: it stays a VECTORIZED loop."""
+    fn = vector_add()
+    func = lower(fn, Schedule(fn).vectorize("C", "x"))
+    (loop,) = [s for s in walk_stmt(func.body) if isinstance(s, For)]
+    assert loop.kind is ForKind.VECTORIZED and str(loop.extent) == "n"
