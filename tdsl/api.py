@@ -107,12 +107,24 @@ class Op:
             raise BuildError(f"target '{target}' is not available yet; targets: c")
         func = self.lower(schedule, shapes, config, target, ranks, **attrs)
         kwargs = {"flags": tuple(flags)} if flags else {}
-        return build_kernel(func, shapes=shapes, **kwargs)
+        # the sizes in ``shapes`` are already constants of the lowered function
+        return build_kernel(func, **kwargs)
 
     def _resolve_schedule(self, schedule, target, ranks, shapes, attrs) -> Schedule:
         if isinstance(schedule, Schedule):
             return schedule
         return self.schedule(schedule, target, ranks, shapes, **attrs)
+
+    def sizes_of(self, *arrays, **attrs) -> dict[str, int]:
+        """The sizes these arguments bind, e.g. ``{"M": 64, "K": 32, "N": 16}``, to build
+        a kernel specialised to them: ``op.build(shapes=op.sizes_of(a, b))``."""
+        fn = self.function([np.ndim(a) for a in arrays], **attrs)
+        sizes = {}
+        for t, a in zip(fn.inputs, arrays):
+            for dim, n in zip(t.shape, np.shape(a)):
+                if isinstance(dim, te.Var):
+                    sizes.setdefault(dim.name, int(n))
+        return sizes
 
     def reference(self, *arrays, **attrs):
         """Evaluate with numpy: an ndarray, or a tuple of them for several outputs."""

@@ -163,6 +163,8 @@ class CExpressionPrinter:
     def visit_BufferLoad(self, e: BufferLoad):
         if lanes_of(e) == 1:
             return self.element(e.buffer, e.indices), POSTFIX
+        if id(e.buffer) in self.registers:
+            return self.register(e.buffer, e.indices[0]), POSTFIX
         base = contiguous_base(e.buffer, e.indices)
         assert base is not None, "non-contiguous vector loads print lane by lane"
         address = f"&{self.buffer_name(e.buffer)}[{self.expr(base)}]"

@@ -21,11 +21,13 @@ import functools
 from ..errors import BuildError
 from ..lowering import te
 from ..lowering.dtypes import to_c
-from ..lowering.loop_ir import Barrier, Buffer, ForKind, If, LoweredFunc, Store, split_dtype
+from ..lowering.loop_ir import (Barrier, Buffer, ForKind, If, LoweredFunc, Store, split_dtype,
+                                vector_dtype)
 from .expressions import MULTIPLICATIVE, PRECEDENCE, CExpressionPrinter
 from .helpers import element_size
 from .lanes import contiguous_base, lane, lanes_of, mul, simd_expressible
 from .names import sanitize
+from .registers import register_index, register_lanes
 
 INDENT = "    "
 _LANE = te.Var("<lane>")     # not a legal IR name, so it cannot capture a user variable
@@ -52,6 +54,7 @@ class CFamilyPrinter(CExpressionPrinter):
         self.nonneg = set(func.shape_vars)
         self.uses_status = False              # set when a heap allocation can fail
         self.loop_kinds: list[ForKind] = []   # kinds of the loops around the statement
+        self.registers: dict[int, tuple] = {}  # register tiles: id(buffer) -> (lanes, names)
         self._loop_names: dict[te.Var, str] = {}
         for b in func.params:
             self.namer.bind(b, b.name)
@@ -153,6 +156,8 @@ class CFamilyPrinter(CExpressionPrinter):
         return [f"if ({self.expr(s.predicate)}) {{", INDENT + line, "}"]
 
     def vector_store_stmt(self, s: Store, lanes: int) -> list[str]:
+        if id(s.buffer) in self.registers:
+            return [f"{self.register(s.buffer, s.indices[0])} = {self.expr(s.value)};"]
         base = contiguous_base(s.buffer, s.indices)
         if base is not None and s.predicate is None and lanes_of(s.value) > 1 and \
                 simd_expressible(s.value, self.vector_type):
@@ -179,11 +184,29 @@ class CFamilyPrinter(CExpressionPrinter):
         return decl + self._scoped_body(s.var, self.is_nonneg(s.value), s.body)
 
     def visit_Allocate(self, s) -> list[str]:
+        lanes = register_lanes(s) if self.vector_type(vector_dtype(s.buffer.dtype, 2)) else None
+        if lanes and self.vector_type(vector_dtype(s.buffer.dtype, lanes)):
+            return self._register_tile(s, lanes)
         name = self.namer.bind(s.buffer, s.buffer.name)
         count = functools.reduce(mul, s.buffer.shape, te.Const(1, "i64"))
         body = self.stmt(s.body)
         self.namer.unbind(s.buffer)
         return self.declare_allocation(s.buffer, name, count, body)
+
+    def _register_tile(self, s, lanes: int) -> list[str]:
+        count = int(s.buffer.shape[0].value) // lanes
+        # each vector gets a fresh identifier, so no other name can collide with it
+        names = [self.namer.fresh(f"{s.buffer.name}_{k}") for k in range(count)]
+        self.registers[id(s.buffer)] = (lanes, names)
+        body = self.stmt(s.body)
+        del self.registers[id(s.buffer)]
+        vtype = self.vector_type(vector_dtype(s.buffer.dtype, lanes))
+        return [f"{vtype} {', '.join(names)};", *body]
+
+    def register(self, buf, index) -> str:
+        """The variable holding the vector of a promoted register tile at ``index``."""
+        lanes, names = self.registers[id(buf)]
+        return names[register_index(index, lanes)]
 
     def visit_Barrier(self, s: Barrier) -> list[str]:
         if self.barrier is None:
