@@ -30,7 +30,26 @@ op gelu_affine(X: f32[N]; a: float = 1.5, b: float = 0.25) -> Y: f32[N] {
     Y[i] = 0.5 * (X[i] * a + b) * (1.0 + erf((X[i] * a + b) * 0.7071067811865476))
 }
 op dense_relu(X: f32[N, K], W: f32[M, K], b: f32[M]) -> Y: f32[N, M] {
-    Y[n, m] = max(sum[k](X[n, k] * W[m, k]) + b[m], 0.0)
+    Wt: f32[K, M]
+    Wt[k, m] = W[m, k]
+    P: f32[N, M]
+    P[n, m] = sum[k](X[n, k] * Wt[k, m])
+    Y[n, m] = max(P[n, m] + b[m], 0.0)
+}
+schedule dense_relu for cpu {
+    io, jo, ii, ji = tile(Y.n, Y.m, 12, 32)
+    compute_at(P, Y.jo)
+    jv, jl = split(P.m, 16)
+    reorder(P.k, P.n, jv, jl)
+    unroll(P.n)
+    unroll(jv)
+    vectorize(jl)
+    cv, cl = split(ji, 16)
+    unroll(ii)
+    unroll(cv)
+    vectorize(cl)
+    parallel(io)
+    parallel(Wt.k)
 }
 """
 

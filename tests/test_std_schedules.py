@@ -41,6 +41,15 @@ def test_hand_schedules_match_reference(name, b, m, k, n, fixed):
     _check(tdsl.stdlib[name], _arrays(name, b, m, k, n), fixed)
 
 
+@settings(max_examples=8, deadline=None)
+@given(n=SIZES, k=SIZES, m=SIZES, fixed=st.booleans())
+def test_dense_hand_schedule_matches_reference(n, k, m, fixed):
+    rng = np.random.default_rng(n * 100 + k * 10 + m)
+    x, w = rng.standard_normal((n, k), dtype=np.float32), rng.standard_normal((m, k),
+                                                                            dtype=np.float32)
+    _check(tdsl.stdlib["dense"], (x, w, rng.standard_normal(m, dtype=np.float32)), fixed)
+
+
 @pytest.mark.parametrize("ti,tj", [(4, 16), (6, 64), (8, 48)])
 def test_matmul_knobs(ti, tj):
     op = tdsl.stdlib["matmul"]
