@@ -61,3 +61,24 @@ def test_matmul_knobs(ti, tj):
 def test_unknown_knob_value_is_a_schedule_error():
     with pytest.raises(tdsl.ScheduleError, match="ti"):
         tdsl.stdlib["matmul"].build(config={"ti": 5})
+
+
+@settings(max_examples=10, deadline=None)
+@given(n=st.sampled_from([1, 2]), c=st.sampled_from([1, 3, 5]), f=st.sampled_from([1, 4, 13]),
+       h=st.sampled_from([3, 7, 10]), w=st.sampled_from([3, 9, 17]),
+       k=st.sampled_from([1, 3]), stride=st.sampled_from([1, 2]),
+       padding=st.sampled_from([0, 1, 2]), dilation=st.sampled_from([1, 2]),
+       fixed=st.booleans())
+def test_conv2d_hand_schedule_matches_reference(n, c, f, h, w, k, stride, padding, dilation,
+                                                fixed):
+    op = tdsl.stdlib["conv2d"]
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((n, c, h, w), dtype=np.float32)
+    wt = rng.standard_normal((f, c, k, k), dtype=np.float32)
+    attrs = dict(stride=stride, padding=padding, dilation=dilation)
+    if h + 2 * padding < dilation * (k - 1) + 1 or w + 2 * padding < dilation * (k - 1) + 1:
+        return                               # no output position: nothing to compare
+    shapes = op.sizes_of(x, wt, **attrs) if fixed else None
+    kernel = op.build(shapes=shapes, **attrs)
+    np.testing.assert_allclose(kernel(x, wt), op.reference(x, wt, **attrs), rtol=1e-4,
+                               atol=1e-4)
