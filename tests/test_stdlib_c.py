@@ -1,0 +1,26 @@
+"""Every standard-library op, built for C with its default schedule (hand-written where the
+op has one, else the automatic one), matches its reference on awkward sizes and ranks."""
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+import tdsl
+import tdsl.testing as tt
+
+# attributes the ops need (or that make the case interesting)
+ATTRS = {"max_pool2d": {"kernel": 2}, "avg_pool2d": {"kernel": 3, "stride": 2, "padding": 1},
+         "pad2d": {"padding": 1}, "conv2d": {"padding": 1}, "depthwise_conv2d": {"padding": 1},
+         "leaky_relu": {"alpha": 0.2}, "clip": {"lo": -0.5, "hi": 0.5}}
+
+
+@pytest.mark.parametrize("name", sorted(tdsl.stdlib))
+def test_std_op_built_for_c_matches_reference(name):
+    op = tdsl.stdlib[name]
+    attrs = ATTRS.get(name, {})
+
+    @settings(max_examples=4, deadline=None, database=None,
+              suppress_health_check=list(HealthCheck))
+    @given(tt.cases(op, attrs, max_size=7, schedules_too=False))
+    def check(case):
+        tt.check_case(op, case, attrs)
+
+    check()
