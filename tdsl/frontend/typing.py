@@ -39,9 +39,9 @@ def coerce(x: Typed, dtype: str, span: Span | None, what: str = "value") -> te.E
         return x.expr
     if x.lit == FLOAT_LIT and dtype not in FLOATS:
         raise CheckError(f"a float literal can't be used as {dtype}", span,
-                         hint=f"use an integer literal, or cast the other side to f32")
+                         hint="use an integer literal, or cast the other side to f32")
     if dtype == "bool":
-        raise CheckError(f"a number can't be used as bool", span, hint="compare it, e.g. x != 0")
+        raise CheckError("a number can't be used as bool", span, hint="compare it, e.g. x != 0")
     e = x.expr
     if isinstance(e, te.Const):
         return te.const(e.value, dtype)
@@ -79,7 +79,7 @@ def check_numeric(x: Typed, span: Span | None, op: str, floats_only=False, ints_
         if d == INT_LIT:
             return
         raise CheckError(f"{op} needs a float operand, got {d}", span,
-                         hint=f"convert with f32(...)")
+                         hint="convert with f32(...)")
     if ints_only and d not in INTS and d != INT_LIT and d != INDEX:
         raise CheckError(f"{op} needs integer operands, got {d}", span,
                          hint="use / for float division, floor(...) to round down" if op in (

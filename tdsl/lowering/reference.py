@@ -21,7 +21,7 @@ import numpy as np
 
 from ..errors import CallError
 from . import te
-from .dtypes import from_numpy, is_float, is_int, to_numpy
+from .dtypes import is_float, is_int, to_numpy
 from .reference_eval import Evaluator, reduce_depth
 from .reference_views import Axis, NotAnIndex, UnboundVar, affine, eval_index
 

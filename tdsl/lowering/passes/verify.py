@@ -66,7 +66,7 @@ class _Verifier:
             case Allocate(buf, body):
                 self.stmt(body, scope, bufs | {buf})
                 return
-            case Store(buf, indices, value, pred):
+            case Store(buf, indices, value, _):       # the predicate is checked below
                 self.access(buf, indices, bufs, "store")
                 base, lanes = split_dtype(value.dtype)
                 assert base == buf.dtype, \
