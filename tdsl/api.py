@@ -13,6 +13,7 @@ from .frontend import ast, unparse
 from .frontend.program import OpDefinition, Program, load_program, program_from_text, \
     std_program
 from .frontend.schedules import TARGETS, to_schedule
+from .frontend.to_te import ranks_for_pack
 from .lowering import te
 from .lowering.default_schedule import default_schedule
 from .lowering.intrinsics import INTRINSICS
@@ -178,12 +179,10 @@ def _ranks(op: Op, ranks, shapes) -> list[int] | None:
              if isinstance(d, ast.PackDim)]
     if not packs:
         return None
-    if shapes:
-        rank = sum(1 for k in shapes if k.startswith(packs[0]) and k[len(packs[0]):].isdigit())
-        if rank:
-            fixed = [len([d for d in p.type.dims or () if not isinstance(d, ast.PackDim)])
-                     for p in op.ast.params]
-            return [rank + f for f in fixed]
+    rank = sum(1 for k in shapes or () if k.startswith(packs[0]) and
+               k[len(packs[0]):].isdigit())
+    if rank:
+        return ranks_for_pack(op.ast, rank)
     raise CallError(f"op {op.name} is rank-generic (*{packs[0]}): say which rank to build, "
                     f"e.g. ranks=2, or give its sizes, e.g. shapes={{'{packs[0]}0': 8}}")
 

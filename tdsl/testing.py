@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 
 from .emit_c.kernel import build_kernel, evaluate
 from .errors import ScheduleError, TdslError
-from .frontend import ast
+from .frontend.to_te import ranks_for_pack
 from .lowering import te
 from .lowering.default_schedule import default_schedule
 from .lowering.dtypes import is_float, to_numpy
@@ -43,14 +43,6 @@ class Case:
     def __repr__(self) -> str:
         shapes = [getattr(a, "shape", ()) for a in self.arrays]
         return f"Case(sizes={self.sizes}, shapes={shapes}, schedule={self.steps})"
-
-
-def _ranks(op, rank: int) -> list[int] | None:
-    packs = any(isinstance(d, ast.PackDim) for p in op.ast.params for d in p.type.dims or ())
-    if not packs:
-        return None
-    return [rank + len([d for d in p.type.dims or () if not isinstance(d, ast.PackDim)])
-            for p in op.ast.params]
 
 
 def input_shapes(fn: te.Function, sizes: dict[str, int]) -> list[tuple[int, ...]] | None:
@@ -77,7 +69,7 @@ def random_array(shape, dtype: str, rng: np.random.Generator):
 
 def random_arguments(op, sizes: dict, attrs: dict, seed: int = 0, rank: int = 2):
     """Inputs for ``op`` with the given sizes (16 for sizes not given)."""
-    fn = op.function(_ranks(op, rank), **attrs)
+    fn = op.function(ranks_for_pack(op.ast, rank), **attrs)
     full = {v.name: sizes.get(v.name, 16) for v in fn.shape_vars}
     shapes = input_shapes(fn, full)
     if shapes is None:
@@ -123,7 +115,7 @@ def schedules(draw, fn: te.Function):
 def cases(draw, op, attrs: dict | None = None, max_size: int = 9, schedules_too=True):
     attrs = dict(attrs or {})
     rank = draw(st.integers(1, 4))
-    ranks = _ranks(op, rank)
+    ranks = ranks_for_pack(op.ast, rank)
     fn = op.function(ranks, **attrs)
     sizes = {v.name: draw(st.integers(1, max_size), label=v.name) for v in fn.shape_vars}
     shapes = input_shapes(fn, sizes)

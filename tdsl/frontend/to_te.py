@@ -380,6 +380,15 @@ def uses_pack(opdef: ast.OpDef) -> bool:
     return any(isinstance(d, ast.PackDim) for p in opdef.params for d in p.type.dims or ())
 
 
+def ranks_for_pack(opdef: ast.OpDef, pack_rank: int) -> list[int] | None:
+    """The argument ranks of a rank-generic op at ``pack_rank`` (None: the op has no pack);
+    the inverse of `pack_rank_for`."""
+    if not uses_pack(opdef):
+        return None
+    return [pack_rank + sum(not isinstance(d, ast.PackDim) for d in p.type.dims or ())
+            for p in opdef.params]
+
+
 def pack_rank_for(opdef: ast.OpDef, ranks: list[int]) -> int:
     """The pack rank implied by the arguments' ranks (0 when the op has no pack)."""
     for p, r in zip(opdef.params, ranks):

@@ -285,11 +285,18 @@ def walk(expr: Expr) -> Iterator[Expr]:
         stack.extend(children(e))
 
 
-def rewrite(expr: Expr, post: Callable[[Expr], Expr | None]) -> Expr:
+def rewrite(expr: Expr, post: Callable[[Expr], Expr | None] = lambda e: None,
+            pre: Callable[[Expr], Expr | None] | None = None) -> Expr:
     """Rebuild ``expr`` bottom-up; ``post(node)`` returns a replacement or None to keep it.
 
-    A node is rebuilt only when a child changed, so unchanged subtrees stay shared.
+    ``pre(node)``, when given, is asked first (TVM's ``ir_transform`` contract): a node it
+    returns is used as is, without entering it. A node is rebuilt only when a child
+    changed, so unchanged subtrees stay shared.
     """
+    if pre is not None:
+        out = pre(expr)
+        if out is not None:
+            return out
     if isinstance(expr, (Var, Const)):
         out = post(expr)
         return expr if out is None else out
@@ -297,11 +304,11 @@ def rewrite(expr: Expr, post: Callable[[Expr], Expr | None]) -> Expr:
     for f in dataclasses.fields(expr):
         v = getattr(expr, f.name)
         if isinstance(v, Expr):
-            nv = rewrite(v, post)
+            nv = rewrite(v, post, pre)
             if nv is not v:
                 changes[f.name] = nv
         elif isinstance(v, tuple) and v and isinstance(v[0], (Expr, IterVar)):
-            nv = tuple(_rewrite_item(x, post) for x in v)
+            nv = tuple(_rewrite_item(x, post, pre) for x in v)
             if any(a is not b for a, b in zip(nv, v)):
                 changes[f.name] = nv
     node = dataclasses.replace(expr, **changes) if changes else expr
@@ -309,11 +316,11 @@ def rewrite(expr: Expr, post: Callable[[Expr], Expr | None]) -> Expr:
     return node if out is None else out
 
 
-def _rewrite_item(x, post):
+def _rewrite_item(x, post, pre):
     if isinstance(x, IterVar):
-        ext = rewrite(x.extent, post)
+        ext = rewrite(x.extent, post, pre)
         return x if ext is x.extent else IterVar(x.var, ext, x.kind)
-    return rewrite(x, post)
+    return rewrite(x, post, pre)
 
 
 def substitute(expr: Expr, mapping: dict[Var, Expr]) -> Expr:

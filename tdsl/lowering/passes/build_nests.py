@@ -26,7 +26,6 @@ first into a rank-0 local accumulator.
 """
 from __future__ import annotations
 
-import dataclasses
 
 import numpy as np
 
@@ -368,27 +367,8 @@ def _lower_value(e: te.Expr, access: dict, b: Builder, stage: str):
             idx = tuple(_lower_value(i, access, b, stage)[1] for i in n.indices)
             return BufferLoad(acc.buffer, acc.index(idx), n.dtype)
         return None
-    out = _topdown(e, top)
+    out = te.rewrite(e, pre=top)
     return pre, out
-
-
-def _topdown(e: te.Expr, fn):
-    """Rewrite top-down: ``fn(n)`` replaces a node (not entered), else recurse."""
-    out = fn(e)
-    if out is not None:
-        return out
-    changes = {}
-    for f in dataclasses.fields(e):
-        v = getattr(e, f.name)
-        if isinstance(v, te.Expr):
-            nv = _topdown(v, fn)
-        elif isinstance(v, tuple) and v and isinstance(v[0], te.Expr):
-            nv = tuple(_topdown(x, fn) for x in v)
-        else:
-            continue
-        if nv is not v:
-            changes[f.name] = nv
-    return dataclasses.replace(e, **changes) if changes else e
 
 
 def run(g: StageGraph, shapes: dict[str, int] | None = None) -> LoweredFunc:
