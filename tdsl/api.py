@@ -5,6 +5,8 @@ lowering and the emitters, and nothing below imports it.
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from .emit_c.kernel import build_kernel
@@ -199,14 +201,10 @@ def loads(text: str, filename: str = "<string>") -> Module:
     return Module(program_from_text(text, filename), filename)
 
 
-_STD: list = []
-
-
+@functools.cache
 def stdlib() -> Module:
-    if not _STD:
-        prog = std_program()
-        _STD.append(Module(prog, "std"))
-    return _STD[0]
+    """The standard library, checked once per process."""
+    return Module(std_program(), "std")
 
 
 __all__ = ["Op", "Module", "load", "loads", "stdlib"]

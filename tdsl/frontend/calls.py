@@ -11,8 +11,8 @@ import difflib
 import functools
 import random
 import re
-from pathlib import Path
 
+from ..dsl import STD_DIR
 from ..errors import CheckError, TdslError
 from ..lowering import affine, te
 from . import ast
@@ -71,13 +71,10 @@ def splice_call(inst, st: ast.CallStage) -> None:
         info.tensor, info.dtype, info.shape = t, t.dtype, t.shape
 
 
-_STD_DIR = Path(__file__).resolve().parent.parent / "dsl" / "std"
-
-
 @functools.lru_cache(maxsize=1)
 def _std_op_names() -> frozenset[str]:
     """The standard library's op names, read off its files (it may not be loaded)."""
-    return frozenset(m.group(1) for f in _STD_DIR.glob("*.tdsl")
+    return frozenset(m.group(1) for f in STD_DIR.glob("*.tdsl")
                      for m in re.finditer(r"^op\s+(\w+)", f.read_text(), re.M))
 
 

@@ -4,21 +4,20 @@ builds the frozen AST nodes (``meta`` is only available there, not in an inline 
 from __future__ import annotations
 
 import functools
-from pathlib import Path
 
 from lark import Lark, Token, Transformer, v_args
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, \
     UnexpectedToken, VisitError
 
+from ..dsl import GRAMMAR
 from ..errors import ParseError, Source, Span
 from . import ast
 
-_GRAMMAR = Path(__file__).resolve().parent.parent / "dsl" / "grammar.lark"
 
 
 @functools.lru_cache(maxsize=1)
 def _parser() -> Lark:
-    return Lark.open(str(_GRAMMAR), parser="lalr", propagate_positions=True,
+    return Lark.open(str(GRAMMAR), parser="lalr", propagate_positions=True,
                      maybe_placeholders=True)
 
 

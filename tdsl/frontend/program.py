@@ -6,8 +6,11 @@ library; ``import "file.tdsl"`` a file relative to the importing one.
 """
 from __future__ import annotations
 
+import functools
+
 from pathlib import Path
 
+from ..dsl import STD_DIR
 from ..errors import CheckError, ErrorList, TdslError
 from ..lowering import te
 from ..lowering.dtypes import DTYPES
@@ -15,7 +18,6 @@ from . import ast
 from .parse import parse
 from .to_te import bind_attrs, instantiate, pack_rank_for, uses_pack
 
-STD_DIR = Path(__file__).resolve().parent.parent / "dsl" / "std"
 # Rank used to check rank-generic ops (any rank from 1 up would do).
 CHECK_PACK_RANK = 2
 
@@ -130,9 +132,6 @@ def _dedupe(errors):
     return out
 
 
-_STD_CACHE: dict = {}
-
-
 def _load_import(item: ast.Import, importer: Path | None, loading) -> Program:
     if item.target == "std":
         return std_program()
@@ -165,11 +164,9 @@ def program_from_text(text: str, filename: str = "<string>") -> Program:
     return Program(parse(text, filename), None)
 
 
+@functools.cache
 def std_program() -> Program:
     """The standard library: every .tdsl file under tdsl/dsl/std, as one program."""
-    if "std" not in _STD_CACHE:
-        files = sorted(STD_DIR.glob("*.tdsl"))
-        text = "\n".join(f'import "{f.name}"' for f in files)
-        prog = Program(parse(text, str(STD_DIR / "<std>")), STD_DIR / "<std>")
-        _STD_CACHE["std"] = prog
-    return _STD_CACHE["std"]
+    files = sorted(STD_DIR.glob("*.tdsl"))
+    text = "\n".join(f'import "{f.name}"' for f in files)
+    return Program(parse(text, str(STD_DIR / "<std>")), STD_DIR / "<std>")
