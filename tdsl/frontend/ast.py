@@ -198,11 +198,27 @@ class SchedCall(Node):
 
 
 @dataclass(frozen=True)
+class SchedIf(Node):
+    """``if pack { ... } else { ... }``: statements applied when a knob condition holds."""
+    cond: Node
+    then: tuple
+    orelse: tuple = ()
+    span: Span | None = _span()
+
+
+@dataclass(frozen=True)
+class SchedRequire(Node):
+    """``require ti * tj <= 512``: a constraint on the knobs' values."""
+    cond: Node
+    span: Span | None = _span()
+
+
+@dataclass(frozen=True)
 class ScheduleDef(Node):
     op: str
     target: str
     name: str                       # "default" when not given with ``as``
-    body: tuple                     # KnobDecl | SchedCall
+    body: tuple                     # KnobDecl | SchedCall | SchedIf | SchedRequire
     span: Span | None = _span()
 
 

@@ -247,6 +247,16 @@ class _ToAst(Transformer):
         positional, kwargs = args if args else ((), ())
         return ast.SchedCall(targets, str(func), positional, kwargs, self._span(meta))
 
+    def sched_if(self, meta, c):
+        cond, then, orelse = c
+        return ast.SchedIf(cond, then, orelse or (), self._span(meta))
+
+    def sched_body(self, meta, c):
+        return tuple(c)
+
+    def sched_require(self, meta, c):
+        return ast.SchedRequire(c[0], self._span(meta))
+
     def graph_def(self, meta, c):
         name, params, outputs, *body = c
         return ast.GraphDef(str(name), _items(params), tuple(outputs), tuple(body),

@@ -2,15 +2,17 @@
 
 Each statement is a call of a primitive; axes are written ``C.i`` (stage ``C``, axis ``i``)
 or, once a primitive of this block has named them, by their bare name (``io`` after
-``io, ii = split(C.i, 8)``). Numbers may name a ``knob``. Everything here only translates:
+``io, ii = split(C.i, 8)``). Numbers may be expressions of ``knob``s (``tj // 16``);
+``if COND { ... } else { ... }`` applies statements depending on the knobs and
+``require COND`` constrains them. Everything here only translates:
 whether a primitive can apply is decided when the schedule is applied during lowering,
 which raises a `ScheduleError` pointing at the statement.
 """
 from __future__ import annotations
 
-from ..errors import ScheduleError
+from ..errors import ScheduleError, TdslError
 from ..lowering import te
-from ..lowering.schedule import Knob, Schedule
+from ..lowering.schedule import Knob, KnobExpr, Schedule
 from . import ast
 from .exprs import const_value
 
@@ -40,17 +42,52 @@ _SIGNATURES = {
 def to_schedule(sdef: ast.ScheduleDef, fn: te.Function, intrinsics: dict | None = None) \
         -> Schedule:
     sched = Schedule(fn)
-    knobs: set[str] = set()
-    owner: dict[str, str] = {}          # axis named in this block -> its stage
     for st in sdef.body:
         if isinstance(st, ast.KnobDecl):
             choices = tuple(const_value(c, {}) for c in st.choices)
             default = const_value(st.default, {}) if st.default is not None else None
             sched = sched.knob(st.name, choices, default, span=st.span)
-            knobs.add(st.name)
-            continue
-        sched = _apply_call(sched, st, knobs, owner, intrinsics or {})
+    knobs = {k.name for k in sched.knobs}
+    owner: dict[str, str] = {}          # axis named in this block -> its stage
+    return _apply_block(sched, sdef.body, knobs, owner, intrinsics or {}, top=True)
+
+
+def _apply_block(sched: Schedule, body, knobs, owner, intrinsics, top=False) -> Schedule:
+    for st in body:
+        if isinstance(st, ast.KnobDecl):
+            if not top:
+                raise ScheduleError(f"knob {st.name} is declared inside an `if`", st.span,
+                                    hint="declare knobs at the top of the schedule block")
+        elif isinstance(st, ast.SchedRequire):
+            sched = sched.require(_knob_expr(st.cond, knobs), span=st.span)
+        elif isinstance(st, ast.SchedIf):
+            def branch(stmts):
+                return lambda s: _apply_block(s, stmts, knobs, owner, intrinsics)
+            sched = sched.when(_knob_expr(st.cond, knobs), branch(st.then),
+                               branch(st.orelse), span=st.span)
+        else:
+            sched = _apply_call(sched, st, knobs, owner, intrinsics)
     return sched
+
+
+def _knob_expr(node, knobs):
+    """A condition or number over knobs as a `KnobExpr` (constants fold to values)."""
+    match node:
+        case ast.Name(n) if n in knobs:
+            return Knob(n, node.span)
+        case ast.Binary(op, left, right):
+            return KnobExpr(op, (_knob_expr(left, knobs), _knob_expr(right, knobs)), node.span)
+        case ast.Unary(op, operand):
+            return KnobExpr("not" if op == "not" else "neg", (_knob_expr(operand, knobs),),
+                            node.span)
+        case ast.Name(n):
+            try:
+                return const_value(node, {})
+            except TdslError:
+                raise ScheduleError(f"'{n}' is not a knob of this schedule", node.span,
+                                    hint=f"knobs: {', '.join(sorted(knobs)) or 'none'}") \
+                    from None
+    return const_value(node, {})
 
 
 def _apply_call(sched: Schedule, st: ast.SchedCall, knobs, owner, intrinsics) -> Schedule:
@@ -137,9 +174,9 @@ def _arg(node, kind, st, knobs, owner):
         if isinstance(node, ast.Name):        # a bare word: "local" or local alike
             return node.id
         raise ScheduleError("expected a name or a string here", node.span)
-    if isinstance(node, ast.Name) and node.id in knobs:
-        return Knob(node.id, node.span)
-    v = const_value(node, {})
+    v = _knob_expr(node, knobs)
+    if isinstance(v, (Knob, KnobExpr)):
+        return v
     if not isinstance(v, int) or isinstance(v, bool):
         raise ScheduleError(f"expected an integer or a knob, got {v!r}", node.span)
     return v

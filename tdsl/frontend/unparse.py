@@ -82,7 +82,7 @@ def item(node) -> str:
             return f"op {signature(node)} {{\n{body}\n}}"
         case ast.ScheduleDef(op, target, name, body):
             head = f"schedule {op} for {target}" + ("" if name == "default" else f" as {name}")
-            return head + " {\n" + "\n".join("    " + statement(s) for s in body) + "\n}"
+            return head + " {\n" + _block(body, "    ") + "\n}"
         case ast.GraphDef(name, params, outputs, body):
             ps = ", ".join(f"{p.name}: {type_text(p.type)}" for p in params)
             outs = ", ".join(f"{p.name}: {type_text(p.type)}" for p in outputs)
@@ -110,4 +110,20 @@ def statement(node) -> str:
         case ast.SchedCall(targets, func, args, kwargs):
             lhs = f"{', '.join(targets)} = " if targets else ""
             return f"{lhs}{func}({_args(args, kwargs)})"
+        case ast.SchedRequire(cond):
+            return f"require {expr(cond)}"
     raise AssertionError(f"can't unparse {type(node).__name__}")
+
+
+def _block(body, indent: str) -> str:
+    """Schedule statements, one a line; an ``if`` spans several."""
+    lines = []
+    for s in body:
+        if isinstance(s, ast.SchedIf):
+            inner = indent + "    "
+            lines.append(f"{indent}if {expr(s.cond)} {{\n{_block(s.then, inner)}\n{indent}}}"
+                         + (f" else {{\n{_block(s.orelse, inner)}\n{indent}}}"
+                            if s.orelse else ""))
+        else:
+            lines.append(indent + statement(s))
+    return "\n".join(lines)

@@ -7,7 +7,10 @@ and each directive changes that list of loops. New axes get the names the user g
 turns them into identifiers). Cache stages are named ``A.local`` (tensor, scope).
 
 Numbers in directives may be ``Knob("ti")`` references to a ``KnobDecl`` of the schedule;
-`Schedule.resolve` fills them in from a tuner configuration, or from the defaults.
+`Schedule.resolve` fills them in from a tuner configuration, or from the defaults. A
+``When(cond, then, otherwise)`` directive applies one of two directive lists depending on
+the knobs (``if pack { ... }`` in a block), and ``Schedule.constraints`` (``require ...``)
+rule configurations out: together they make a schedule a template of a configuration space.
 
 The directives, and the loop nest each makes (``i`` of extent ``E``):
 
@@ -51,6 +54,58 @@ class Knob:
     """A reference to a tunable number, resolved against a configuration."""
     name: str
     span: Span | None = field(default=None, compare=False)
+
+
+@dataclass(frozen=True)
+class KnobExpr:
+    """An expression over knob values, kept as data: ``KnobExpr("<=", (KnobExpr("*", (Knob("ti"),
+    Knob("tj"))), 512))``. Operands are knobs, constants (int, float, bool, str) or KnobExprs."""
+    op: str
+    args: tuple
+    span: Span | None = field(default=None, compare=False)
+
+    def __str__(self) -> str:
+        if self.op == "not":
+            return f"not {_text(self.args[0])}"
+        return f" {self.op} ".join(_text(a) for a in self.args)
+
+
+_KNOB_OPS = {
+    "+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b,
+    "//": lambda a, b: a // b, "%": lambda a, b: a % b, "/": lambda a, b: a / b,
+    "==": lambda a, b: a == b, "!=": lambda a, b: a != b, "<": lambda a, b: a < b,
+    "<=": lambda a, b: a <= b, ">": lambda a, b: a > b, ">=": lambda a, b: a >= b,
+    "and": lambda a, b: bool(a) and bool(b), "or": lambda a, b: bool(a) or bool(b),
+}
+
+
+def knob_value(e, values: dict):
+    """The value of a knob expression (a `Knob`, a `KnobExpr` or a constant) for the knob
+    ``values``; a `ScheduleError` for an undeclared knob or an operation that fails."""
+    if isinstance(e, Knob):
+        if e.name not in values:
+            raise ScheduleError(f"knob {e.name} is not declared; knobs are: {_names(values)}",
+                                e.span, hint=f"declare it with `knob {e.name} in [...]`")
+        return values[e.name]
+    if not isinstance(e, KnobExpr):
+        return e
+    args = [knob_value(a, values) for a in e.args]
+    try:
+        if e.op == "not":
+            return not args[0]
+        if e.op == "neg":
+            return -args[0]
+        return _KNOB_OPS[e.op](*args)
+    except (TypeError, ZeroDivisionError) as err:
+        raise ScheduleError(f"can't evaluate `{e}` for {values}: {err}", e.span) from None
+
+
+def _text(a) -> str:
+    if isinstance(a, Knob):
+        return a.name
+    if isinstance(a, KnobExpr):
+        return str(a) if a.op in ("not", "neg") else f"({a})"
+    return repr(a) if isinstance(a, str) else str(a).lower() if isinstance(a, bool) else str(a)
 
 
 @dataclass(frozen=True)
@@ -255,6 +310,20 @@ class Tensorize:
     span: Span | None = _span()
 
 
+@dataclass(frozen=True)
+class When:
+    """``then`` when ``cond`` (a knob expression) holds for the configuration, else
+    ``otherwise``: how a template chooses whether to cache, which loop is parallel, ..."""
+    cond: object
+    then: tuple
+    otherwise: tuple = ()
+    span: Span | None = _span()
+
+    def __post_init__(self):
+        object.__setattr__(self, "then", tuple(self.then))
+        object.__setattr__(self, "otherwise", tuple(self.otherwise))
+
+
 DIRECTIVES = (Split, Tile, Fuse, Reorder, ComputeAt, ComputeInline, ComputeRoot, CacheRead,
               CacheWrite, Vectorize, Unroll, Parallel, Bind, StorageAlign, Tensorize)
 SCOPES = ("global", "shared", "local")
@@ -280,6 +349,7 @@ class Schedule:
     fn: te.Function
     directives: tuple = ()
     knobs: tuple[KnobDecl, ...] = ()
+    constraints: tuple = ()              # knob expressions every configuration satisfies
 
     @staticmethod
     def from_directives(fn: te.Function, directives, knobs=()) -> "Schedule":
@@ -293,6 +363,18 @@ class Schedule:
             raise ScheduleError(f"knob {name} is declared twice", span)
         decl = KnobDecl(name, tuple(choices), default, span)
         return dataclasses.replace(self, knobs=self.knobs + (decl,))
+
+    def require(self, cond, span: Span | None = None) -> "Schedule":
+        """Rule out the configurations for which ``cond`` (a `KnobExpr`) is false."""
+        return dataclasses.replace(self, constraints=self.constraints + (_condition(cond, span),))
+
+    def when(self, cond, then, otherwise=None, span: Span | None = None) -> "Schedule":
+        """Apply ``then(s)`` (a function adding directives to a schedule) when ``cond`` holds,
+        else ``otherwise(s)``. ``cond`` is a `KnobExpr`, a `Knob`, or a dict ``{knob: value}``
+        meaning every named knob has that value."""
+        def branch(f) -> tuple:
+            return f(Schedule(self.fn, (), self.knobs)).directives if f else ()
+        return self._with(When(_condition(cond, span), branch(then), branch(otherwise), span))
 
     def split(self, stage, axis, factor, outer=None, inner=None, span=None) -> "Schedule":
         return self._with(Split(stage, axis, factor, outer, inner, span))
@@ -351,9 +433,10 @@ class Schedule:
     def default_config(self) -> dict:
         return {k.name: k.default for k in self.knobs}
 
-    def resolve(self, config: dict | None = None) -> tuple:
-        """The directives with every `Knob` replaced by its value in ``config`` (defaults
-        for knobs the configuration leaves out)."""
+    def knob_values(self, config: dict | None = None) -> dict:
+        """Every knob's value: from ``config``, else its default. Raises `ScheduleError` for
+        a knob the schedule does not declare, a value not among its choices, or a
+        configuration that breaks a ``require``."""
         decls = {k.name: k for k in self.knobs}
         config = dict(config or {})
         for name, value in config.items():
@@ -365,21 +448,50 @@ class Schedule:
                                     f"is not one of its choices {list(decls[name].choices)}",
                                     decls[name].span)
         values = {n: config.get(n, k.default) for n, k in decls.items()}
-        return tuple(_fill_knobs(d, values) for d in self.directives)
+        for cond in self.constraints:
+            if not knob_value(cond, values):
+                raise ScheduleError(f"the configuration {values} breaks `require {cond}`",
+                                    getattr(cond, "span", None))
+        return values
+
+    def resolve(self, config: dict | None = None) -> tuple:
+        """The directives for ``config`` (defaults for knobs it leaves out): every `Knob`
+        replaced by its value, every `When` by the branch that applies."""
+        return _resolve_all(self.directives, self.knob_values(config))
 
 
 def _names(d) -> str:
     return ", ".join(d) if d else "(none)"
 
 
+def _resolve_all(directives, values: dict) -> tuple:
+    out = []
+    for d in directives:
+        if isinstance(d, When):
+            branch = d.then if knob_value(d.cond, values) else d.otherwise
+            out.extend(_resolve_all(branch, values))
+        else:
+            out.append(_fill_knobs(d, values))
+    return tuple(out)
+
+
 def _fill_knobs(d, values: dict):
-    changes = {}
-    for f in dataclasses.fields(d):
-        v = getattr(d, f.name)
-        if isinstance(v, Knob):
-            if v.name not in values:
-                raise ScheduleError(f"knob {v.name} is not declared; knobs are: "
-                                    f"{_names(values)}", v.span or d.span,
-                                    hint=f"declare it with `knob {v.name} in [...]`")
-            changes[f.name] = values[v.name]
+    changes = {f.name: knob_value(getattr(d, f.name), values) for f in dataclasses.fields(d)
+               if isinstance(getattr(d, f.name), (Knob, KnobExpr))}
     return dataclasses.replace(d, **changes) if changes else d
+
+
+def _condition(cond, span):
+    """A knob expression from what `Schedule.when`/`require` accept."""
+    if isinstance(cond, dict):
+        terms = [KnobExpr("==", (Knob(k), v), span) for k, v in cond.items()]
+        if not terms:
+            raise ScheduleError("an empty condition", span)
+        out = terms[0]
+        for t in terms[1:]:
+            out = KnobExpr("and", (out, t), span)
+        return out
+    if isinstance(cond, (Knob, KnobExpr, bool)):
+        return cond
+    raise ScheduleError(f"a condition is a knob expression or a dict of knob values, "
+                        f"got {cond!r}", span)
