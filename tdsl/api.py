@@ -6,6 +6,7 @@ lowering and the emitters, and nothing below imports it.
 from __future__ import annotations
 
 import functools
+import warnings
 
 import numpy as np
 
@@ -23,6 +24,7 @@ from .lowering.loop_ir import LoweredFunc
 from .lowering.lower import lower
 from .lowering.reference import evaluate
 from .lowering.schedule import Schedule
+from .tuner.log import Workload, best_record, read_log
 
 
 class Op:
@@ -99,19 +101,38 @@ class Op:
         return lower(sched.fn, sched, config, shapes)
 
     def build(self, target: str = "c", schedule=None, shapes: dict | None = None,
-              config: dict | None = None, flags=None, ranks=None, **attrs):
+              config: dict | None = None, flags=None, ranks=None, tuning_log=None, **attrs):
         """Compile to a `Kernel` that takes and returns numpy arrays.
 
         ``shapes`` fixes sizes at build time (``{"M": 64}``); sizes left out are read from
         the arguments at each call. ``schedule`` is a name, a `Schedule`, or None (see
-        `schedule`); ``config`` fills its knobs (the defaults otherwise).
+        `schedule`); ``config`` fills its knobs (the defaults otherwise). ``tuning_log``
+        (a `tdsl tune` log) supplies the best configuration recorded for this workload on
+        this machine; without one, a warning says the defaults are used.
         """
         if TARGETS.get(target) != "c":
             raise BuildError(f"target '{target}' is not available yet; targets: c")
+        if tuning_log is not None and config is None:
+            config = self.tuned_config(tuning_log, shapes, target, schedule, **attrs)
         func = self.lower(schedule, shapes, config, target, ranks, **attrs)
         kwargs = {"flags": tuple(flags)} if flags else {}
         # the sizes in ``shapes`` are already constants of the lowered function
         return build_kernel(func, **kwargs)
+
+    def tuned_config(self, tuning_log, shapes: dict | None, target: str = "c", schedule=None,
+                     **attrs) -> dict | None:
+        """The best configuration in ``tuning_log`` for this op at ``shapes`` (every size
+        given), these attributes, target and schedule name on this machine; None, with a
+        warning, when the log has none."""
+        name = schedule if isinstance(schedule, str) else None
+        workload = Workload.make(self.module.name, self.name, shapes or {}, attrs, target,
+                                 name)
+        best = best_record(read_log(tuning_log), workload)
+        if best is None:
+            warnings.warn(f"{tuning_log} has no successful record for {workload} on this "
+                          f"machine: building with the schedule's default knobs", stacklevel=3)
+            return None
+        return best["config"]
 
     def _resolve_schedule(self, schedule, target, ranks, shapes, attrs) -> Schedule:
         if isinstance(schedule, Schedule):

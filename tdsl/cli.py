@@ -15,6 +15,7 @@ import numpy as np
 
 from . import __version__
 from .api import load
+from .arrays import random_arguments
 from .emit_c.c import emit_c
 from .errors import ErrorList, TdslError
 
@@ -107,7 +108,8 @@ def cmd_build(args) -> int:
     out.mkdir(parents=True, exist_ok=True)
     shapes, attrs = parse_shapes(args.shape), parse_attrs(args.attr)
     for name in names:
-        kernel = mod[name].build("c", args.schedule, shapes, **attrs)
+        kernel = mod[name].build("c", args.schedule, shapes, tuning_log=args.tuning_log,
+                                 **attrs)
         (out / f"{name}.c").write_text(kernel.source)
         (out / f"{name}.h").write_text(kernel.header)
         shutil.copyfile(kernel.lib_path, out / f"lib{name}.so")
@@ -120,7 +122,7 @@ def cmd_run(args) -> int:
     """Build, call on random inputs, compare with the reference, and time it."""
     op = _op_of(args)
     shapes, attrs = parse_shapes(args.shape) or {}, parse_attrs(args.attr)
-    from .testing import random_arguments     # hypothesis: only needed by run and test
+
     kernel = op.build("c", args.schedule, None, **attrs)
     arrays = random_arguments(op, shapes, attrs, seed=0)
     outs = kernel(*arrays)
@@ -136,6 +138,40 @@ def cmd_run(args) -> int:
         n += 1
     print(f"time: {(time.perf_counter() - t0) / n * 1e3:.3f} ms per call ({n} calls)")
     return 0
+
+
+def cmd_tune(args) -> int:
+    """Search the op's knob space, log every measurement, print the best configuration."""
+    from .tuner.log import Workload
+    from .tuner.task import Task
+    from .tuner.tune import Progress, plot_curves, tune
+    op = _op_of(args)
+    shapes = parse_shapes(args.shape) or {}
+    workload = Workload.make(args.file, op.name, shapes, parse_attrs(args.attr), args.target,
+                             args.schedule)
+    task = Task(workload)
+    print(f"tuning {workload}: {task.space.describe()}", file=sys.stderr)
+    measurer = None
+    if args.dask:
+        from .tuner.distributed import DaskMeasurer
+        measurer = DaskMeasurer(args.dask, timeout=args.timeout)
+    else:
+        from .tuner.measure import LocalMeasurer
+        measurer = LocalMeasurer(timeout=args.timeout)
+    history = None
+    if args.transfer_log:
+        from .tuner.transfer import history_from_logs
+        history = history_from_logs(args.transfer_log, exclude=workload)
+    try:
+        result = tune(task, args.trials, args.log, args.tuner, measurer, args.batch,
+                      args.seed, history, Progress(args.trials))
+    finally:
+        measurer.close()
+    print(result.summary())
+    if args.plot:
+        plot_curves({args.tuner: result.curve}, args.plot, str(workload))
+        print(f"curve: {args.plot}")
+    return 130 if result.interrupted else 0
 
 
 def cmd_test(args) -> int:
@@ -174,8 +210,28 @@ def build_parser() -> argparse.ArgumentParser:
     op_command("emit", "print the generated source", cmd_emit)
     b = op_command("build", "write .c, .h and the shared library", cmd_build)
     b.add_argument("-o", "--output", required=True, metavar="DIR")
+    b.add_argument("--tuning-log", metavar="PATH", help="apply the best configuration that "
+                   "this `tdsl tune` log holds for the op at --shape on this machine")
     op_command("run", "build, run on random inputs, compare with the reference, time",
                cmd_run)
+
+    tu = op_command("tune", "search the schedule's knobs for the fastest configuration",
+                    cmd_tune)
+    tu.add_argument("--trials", type=int, default=64, help="configurations to measure, "
+                    "counting those already in the log (default 64)")
+    tu.add_argument("--log", default="tune.jsonl", metavar="PATH",
+                    help="JSON-lines log to resume from and append to (default tune.jsonl)")
+    tu.add_argument("--tuner", default="gbt", choices=["gbt", "random", "grid"])
+    tu.add_argument("--batch", type=int, default=16, help="configurations per round")
+    tu.add_argument("--seed", type=int, default=0)
+    tu.add_argument("--timeout", type=float, default=10.0,
+                    help="seconds one candidate may run before it counts as hung")
+    tu.add_argument("--transfer-log", action="append", metavar="PATH",
+                    help="earlier logs whose records warm the cost model (repeatable)")
+    tu.add_argument("--dask", metavar="ADDRESS", help="measure on a dask.distributed "
+                    "scheduler's workers (pip install 'tdsl[distributed]')")
+    tu.add_argument("--plot", metavar="PNG", help="draw best GFLOP/s against trials "
+                    "(pip install 'tdsl[plot]')")
 
     t = sub.add_parser("test", help="property-test ops: random shapes, values, schedules")
     t.add_argument("file", metavar="FILE")

@@ -22,12 +22,12 @@ import numpy as np
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from .emit_c.kernel import build_kernel, evaluate
-from .errors import ScheduleError, TdslError
+from .arrays import input_shapes, random_arguments, random_array  # noqa: F401 (re-exported)
+from .emit_c.kernel import build_kernel
+from .errors import ScheduleError
 from .frontend.to_te import ranks_for_pack
 from .lowering import te
 from .lowering.default_schedule import default_schedule
-from .lowering.dtypes import is_float, to_numpy
 from .lowering.lower import lower
 from .lowering.schedule import Schedule
 
@@ -43,40 +43,6 @@ class Case:
     def __repr__(self) -> str:
         shapes = [getattr(a, "shape", ()) for a in self.arrays]
         return f"Case(sizes={self.sizes}, shapes={shapes}, schedule={self.steps})"
-
-
-def input_shapes(fn: te.Function, sizes: dict[str, int]) -> list[tuple[int, ...]] | None:
-    env = {v: sizes[v.name] for v in fn.shape_vars if v.name in sizes}
-    try:
-        shapes = [tuple(evaluate(d, env) for d in t.shape) for t in fn.inputs]
-        outs = [tuple(evaluate(d, env) for d in t.shape) for t in fn.outputs]
-    except (KeyError, ZeroDivisionError, TdslError):
-        return None
-    if any(d < 1 for s in shapes + outs for d in s):
-        return None
-    return shapes
-
-
-def random_array(shape, dtype: str, rng: np.random.Generator):
-    if dtype == "bool":
-        return rng.random(shape) < 0.5
-    if is_float(dtype):
-        return rng.standard_normal(shape).astype(to_numpy(dtype))
-    info = np.iinfo(to_numpy(dtype))
-    lo, hi = max(info.min, -100), min(info.max, 100)
-    return rng.integers(lo, hi + 1, size=shape, dtype=to_numpy(dtype))
-
-
-def random_arguments(op, sizes: dict, attrs: dict, seed: int = 0, rank: int = 2):
-    """Inputs for ``op`` with the given sizes (16 for sizes not given)."""
-    fn = op.function(ranks_for_pack(op.ast, rank), **attrs)
-    full = {v.name: sizes.get(v.name, 16) for v in fn.shape_vars}
-    shapes = input_shapes(fn, full)
-    if shapes is None:
-        raise TdslError(f"sizes {full} give an empty or inconsistent shape for {op.name}")
-    rng = np.random.default_rng(seed)
-    return [random_array(s, t.dtype, rng) if s else random_array((), t.dtype, rng)[()]
-            for s, t in zip(shapes, fn.inputs)]
 
 
 @st.composite

@@ -1,0 +1,81 @@
+"""A tuning task: one op at fixed sizes and attributes for one target, and its template.
+
+The `Workload` (`tdsl.tuner.log`) is the task's identity, written into every log record and
+matched when a log is applied. The `Task` holds what tuning needs: the schedule template (a `Schedule` with knobs), its
+`ConfigSpace`, the op's flop count (for GFLOP/s) and the inputs and reference output that
+every candidate is checked against.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..api import load
+from ..arrays import random_inputs
+from ..emit_c.kernel import evaluate
+from ..errors import TdslError
+from ..lowering import te
+from ..lowering.loop_ir import LoweredFunc
+from ..lowering.lower import lower
+from ..lowering.reference import evaluate as reference_evaluate
+from ..lowering.schedule import Schedule
+from .log import Workload
+from .space import ConfigSpace
+
+
+class Task:
+    """A workload made ready to tune. ``template`` overrides the op's own schedule (a
+    Python-built template, e.g. in tests); it must be a schedule of the same op."""
+
+    def __init__(self, workload: Workload, template: Schedule | None = None):
+        self.workload = workload
+        self.shapes = dict(workload.shapes)
+        self.attrs = dict(workload.attrs)
+        self.op = load(workload.file)[workload.op]
+        self.template = template or self.op.schedule(workload.schedule, workload.target,
+                                                     shapes=self.shapes, **self.attrs)
+        self.fn = self.template.fn
+        missing = [v.name for v in self.fn.shape_vars if v.name not in self.shapes]
+        if missing:
+            raise TdslError(f"tuning {workload.op} needs every size: give "
+                            f"{', '.join(missing)} (e.g. --shape {missing[0]}=256)")
+        self.space = ConfigSpace.from_schedule(self.template)
+        self.flops = flop_count(self.fn, self.shapes)
+
+    def lower(self, config: dict | None) -> LoweredFunc:
+        return lower(self.fn, self.template, config, self.shapes)
+
+    def inputs(self, seed: int = 0) -> list:
+        return random_inputs(self.fn, self.shapes, seed)
+
+    def reference(self, inputs) -> np.ndarray:
+        """The first output, as the reference evaluator computes it."""
+        return reference_evaluate(self.fn, inputs)[0]
+
+    def __repr__(self) -> str:
+        return f"Task({self.workload}, {self.space.describe()})"
+
+
+def flop_count(fn: te.Function, shapes: dict[str, int]) -> int:
+    """Arithmetic operations of ``fn`` at these sizes: per stage, the points of its domain
+    (times the reduction's extent) times the operations per point, a reduction's combine
+    counting one (so a matmul is 2·M·N·K). Copies and selects count nothing; at least 1."""
+    env = {v: shapes[v.name] for v in fn.shape_vars}
+    total = 0
+    for t in fn.stages():
+        points = math.prod(evaluate(ax.extent, env) for ax in t.op.axes)
+        body = t.op.body
+        if isinstance(body, te.Reduce):
+            points *= math.prod(evaluate(ax.extent, env) for ax in body.axes)
+            ops = _arith_ops(body.body) + 1
+        else:
+            ops = _arith_ops(body)
+        total += points * ops
+    return max(total, 1)
+
+
+def _arith_ops(e: te.Expr) -> int:
+    return sum(1 for n in te.walk(e)
+               if isinstance(n, (te.Binary, te.Intrinsic)) or
+               (isinstance(n, te.Unary) and n.op == "-"))
