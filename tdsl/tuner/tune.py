@@ -1,0 +1,228 @@
+"""The tuning loop: propose a batch, measure it, log it, learn, repeat.
+
+    task = Task(Workload.make("std", "matmul", {"M": 1024, "N": 1024, "K": 1024}))
+    result = tune(task, trials=64, log="tune.jsonl")
+    print(result.summary())
+
+The log makes the loop restartable: records of this workload on this machine already in the
+log count as trials and teach the tuner, and are never measured again. Ctrl-C ends the loop
+after the record being written; the log stays whole and the result covers what was done.
+The default configuration is always among the first batch, so the summary can compare.
+"""
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+
+from ..errors import ScheduleError
+from .log import LogWriter, machine_fingerprint, make_record, read_log, records_for
+from .measure import LocalMeasurer
+from .search import ModelTuner, Tuner, make_tuner
+from .task import Task
+
+
+@dataclass
+class TuneResult:
+    task: Task
+    tuner: str
+    best_config: dict | None = None
+    best_gflops: float = 0.0
+    default_gflops: float | None = None
+    numpy_gflops: float | None = None
+    curve: list[float] = field(default_factory=list)     # best GFLOP/s after each trial
+    statuses: Counter = field(default_factory=Counter)
+    resumed: int = 0
+    model_quality: tuple[float, float] | None = None      # (Kendall tau, top-k recall)
+    search_seconds: float = 0.0          # the tuner's own work: model fits and search
+    total_seconds: float = 0.0
+    interrupted: bool = False
+
+    @property
+    def trials(self) -> int:
+        return len(self.curve)
+
+    @property
+    def errors(self) -> int:
+        return sum(n for s, n in self.statuses.items() if s != "ok")
+
+    def summary(self) -> str:
+        w = self.task.workload
+        lines = [f"tuned {w} with {self.tuner}: {self.trials} trials"
+                 + (f" ({self.resumed} from the log)" if self.resumed else "")
+                 + (", interrupted" if self.interrupted else "")]
+        if self.best_config is None:
+            lines.append("no configuration ran successfully")
+        else:
+            lines.append(f"best configuration: {self.best_config}  "
+                         f"{self.best_gflops:.1f} GFLOP/s")
+        for name, g in (("default schedule", self.default_gflops),
+                        ("numpy (reference)", self.numpy_gflops)):
+            if g:
+                ratio = f"  (best is {self.best_gflops / g:.2f}x)" if self.best_gflops else ""
+                lines.append(f"{name}: {g:.1f} GFLOP/s{ratio}")
+        if self.statuses:
+            lines.append("results: " + ", ".join(f"{n} {s}" for s, n in
+                                                 sorted(self.statuses.items())))
+        if self.model_quality is not None:
+            tau, recall = self.model_quality
+            lines.append(f"cost model on unseen batches: Kendall tau {tau:.2f}, "
+                         f"top-25% recall {recall:.2f}")
+        if self.total_seconds > 0:
+            lines.append(f"time: {self.total_seconds:.1f} s, of which search and model "
+                         f"{self.search_seconds:.1f} s "
+                         f"({100 * self.search_seconds / self.total_seconds:.0f}%)")
+        return "\n".join(lines)
+
+
+def tune(task: Task, trials: int, log=None, tuner="gbt", measurer=None,
+         batch_size: int = 16, seed: int = 0, history=None, progress=None,
+         compare_numpy: bool = True) -> TuneResult:
+    """Tune ``task`` until ``trials`` configurations of it are measured (log records
+    included) or its space is exhausted; returns what was found. ``tuner`` is a name of
+    `search.TUNERS` or a `Tuner`; ``measurer`` defaults to a `LocalMeasurer`; ``history``
+    is transfer-learning data (`transfer.history_from_logs`) for the gbt tuner."""
+    started = time.perf_counter()
+    search = tuner if isinstance(tuner, Tuner) else make_tuner(tuner, task, seed, history)
+    result = TuneResult(task, search.name)
+    own_measurer = measurer is None
+    measurer = LocalMeasurer() if own_measurer else measurer
+    done = _resume(task, log, search, result)
+    writer = LogWriter(log) if log is not None else None
+    progress = progress or Progress(trials, quiet=True)
+    progress.show(result)
+    default = task.space.default_index()
+    try:
+        while result.trials < trials and search.remaining() > 0:
+            t0 = time.perf_counter()
+            n = min(batch_size, trials - result.trials)
+            batch = search.next_batch(n)
+            if default not in done and default not in batch and task.space.is_valid(default):
+                batch = [default] + batch[:n - 1]
+            result.search_seconds += time.perf_counter() - t0
+            if not batch:
+                break
+            measured = measurer.measure(task, batch)
+            learned = []
+            for r in measured:
+                gflops = task.flops / r.seconds / 1e9 if r.ok and r.seconds else None
+                if writer is not None:
+                    writer.write(make_record(task.workload, r.config, r.status, r.seconds,
+                                             gflops, r.message))
+                done[r.index] = gflops
+                _account(result, r.index, r.config, r.status, gflops, default)
+                learned.append((r.index, gflops))
+                progress.show(result)
+            t0 = time.perf_counter()
+            search.update(learned)
+            result.search_seconds += time.perf_counter() - t0
+    except KeyboardInterrupt:
+        result.interrupted = True
+    finally:
+        if writer is not None:
+            writer.close()
+        if own_measurer:
+            measurer.close()
+        progress.close()
+    if isinstance(search, ModelTuner):
+        result.model_quality = search.summary_quality()
+    if compare_numpy and not result.interrupted:
+        result.numpy_gflops = task.flops / _time_reference(task) / 1e9
+    result.total_seconds = time.perf_counter() - started
+    return result
+
+
+def _resume(task: Task, log, search, result: TuneResult) -> dict[int, float | None]:
+    """Feed the log's records of this task (this machine) to the tuner and the result."""
+    done: dict[int, float | None] = {}
+    if log is None:
+        return done
+    default = task.space.default_index()
+    for rec in records_for(read_log(log), task.workload, machine_fingerprint()):
+        try:
+            index = task.space.index(rec["config"])
+        except (ScheduleError, TypeError, AttributeError):
+            continue                 # written by another version of the template
+        if index in done:
+            continue
+        gflops = rec.get("gflops") if rec.get("status") == "ok" else None
+        done[index] = gflops
+        _account(result, index, rec["config"], rec.get("status", "?"), gflops, default)
+    result.resumed = len(done)
+    search.update(list(done.items()))
+    return done
+
+
+def _account(result: TuneResult, index, config, status, gflops, default) -> None:
+    result.statuses[status] += 1
+    if gflops is not None and gflops > result.best_gflops:
+        result.best_gflops, result.best_config = gflops, dict(config)
+    if index == default and gflops is not None:
+        result.default_gflops = gflops
+    result.curve.append(result.best_gflops)
+
+
+def _time_reference(task: Task, repeats: int = 5) -> float:
+    """Median seconds of the numpy reference evaluator on the task's inputs."""
+    inputs = task.inputs()
+    task.reference(inputs)                                   # warm-up
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        task.reference(inputs)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+class Progress:
+    """One status line on stderr: trials done, best GFLOP/s so far, errors. Redrawn in place
+    on a terminal, printed at most every ``every`` trials otherwise (logs, CI)."""
+
+    def __init__(self, total: int, stream=None, quiet: bool = False, every: int = 16):
+        self.total, self.quiet, self.every = total, quiet, every
+        self.stream = stream or sys.stderr
+        self.tty = getattr(self.stream, "isatty", lambda: False)()
+        self._last = -1
+
+    def show(self, result: TuneResult) -> None:
+        if self.quiet:
+            return
+        n = result.trials
+        if not self.tty and n != self.total and n - self._last < self.every and n:
+            return
+        self._last = n
+        width = 24
+        filled = int(width * min(n, self.total) / max(self.total, 1))
+        bar = "#" * filled + "." * (width - filled)
+        line = (f"[{bar}] {n}/{self.total} trials  best {result.best_gflops:.1f} GFLOP/s  "
+                f"errors {result.errors}")
+        self.stream.write(("\r" + line) if self.tty else line + "\n")
+        self.stream.flush()
+
+    def close(self) -> None:
+        if not self.quiet and self.tty:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+def plot_curves(curves: dict[str, list[float]], path, title: str = "") -> None:
+    """Best GFLOP/s against trials, one line per tuner (matplotlib: ``tdsl[plot]``)."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise ImportError("plotting needs matplotlib: pip install 'tdsl[plot]'") from None
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for name, curve in curves.items():
+        ax.plot(range(1, len(curve) + 1), curve, label=name)
+    ax.set_xlabel("trials")
+    ax.set_ylabel("best GFLOP/s so far")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)

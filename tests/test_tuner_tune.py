@@ -1,0 +1,132 @@
+"""The tuning loop with a fake measurer: logging, resume, errors, Ctrl-C, the summary."""
+import json
+import math
+
+import pytest
+
+from tdsl.tuner.log import Workload, read_log
+from tdsl.tuner.measure import MeasureResult
+from tdsl.tuner.search import RandomTuner
+from tdsl.tuner.task import Task
+from tdsl.tuner.tune import Progress, tune
+
+WORKLOAD = Workload.make("std", "matmul", {"M": 64, "N": 64, "K": 64})
+
+
+class FakeMeasurer:
+    """Deterministic synthetic timings: fastest at ti=8, tj=48, order=ji; the configurations
+    with ku=4 and ti=4 'crash'. Counts what it was asked to measure."""
+
+    def __init__(self, interrupt_after=None):
+        self.asked = []
+        self.interrupt_after = interrupt_after
+
+    def measure(self, task, indices):
+        if self.interrupt_after is not None and len(self.asked) >= self.interrupt_after:
+            raise KeyboardInterrupt
+        out = []
+        for i in indices:
+            self.asked.append(i)
+            c = task.space.config(i)
+            if c["ku"] == 4 and c["ti"] == 4:
+                out.append(MeasureResult(i, c, "crash", None, "SIGSEGV"))
+                continue
+            cost = (1 + abs(c["ti"] - 8) / 4 + abs(c["tj"] - 48) / 16
+                    + (c["order"] == "ij") * 0.5 + (c["ku"] - 1) * 0.1)
+            out.append(MeasureResult(i, c, "ok", 1e-4 * cost))
+        return out
+
+    def close(self):
+        pass
+
+
+@pytest.fixture(scope="module")
+def task():
+    return Task(WORKLOAD)
+
+
+def test_every_measurement_is_logged_and_the_best_reported(task, tmp_path):
+    log = tmp_path / "t.jsonl"
+    m = FakeMeasurer()
+    result = tune(task, 40, log, "random", m, batch_size=8, compare_numpy=False)
+    records = read_log(log)
+    assert len(records) == len(m.asked) == result.trials == 40
+    assert len(set(m.asked)) == 40
+    ok = [r for r in records if r["status"] == "ok"]
+    best = max(ok, key=lambda r: r["gflops"])
+    assert result.best_config == best["config"]
+    assert result.best_gflops == pytest.approx(task.flops / best["seconds"] / 1e9)
+    assert result.curve == sorted(result.curve)          # best so far never decreases
+    crashes = [r for r in records if r["status"] == "crash"]
+    assert result.statuses["crash"] == len(crashes)
+    assert all(r["message"] == "SIGSEGV" and r["gflops"] is None for r in crashes)
+    # the default configuration is measured first, so the summary can compare with it
+    assert m.asked[0] == task.space.default_index()
+    assert result.default_gflops is not None
+    assert "best configuration" in result.summary()
+
+
+def test_resume_measures_nothing_twice(task, tmp_path):
+    log = tmp_path / "t.jsonl"
+    first = FakeMeasurer()
+    tune(task, 24, log, "gbt", first, batch_size=8, compare_numpy=False)
+    second = FakeMeasurer()
+    result = tune(task, 40, log, "gbt", second, batch_size=8, compare_numpy=False)
+    assert result.resumed == 24
+    assert len(second.asked) == 16
+    assert not set(first.asked) & set(second.asked)
+    assert len(read_log(log)) == 40
+    # asking for no more than the log holds measures nothing
+    third = FakeMeasurer()
+    tune(task, 40, log, "gbt", third, compare_numpy=False)
+    assert third.asked == []
+
+
+def test_resume_tolerates_a_truncated_last_line(task, tmp_path):
+    log = tmp_path / "t.jsonl"
+    tune(task, 8, log, "random", FakeMeasurer(), batch_size=8, compare_numpy=False)
+    with open(log, "a") as f:
+        f.write('{"workload": {"op": "mat')
+    m = FakeMeasurer()
+    result = tune(task, 16, log, "random", m, batch_size=8, compare_numpy=False)
+    assert result.resumed == 8 and len(m.asked) == 8
+    assert all(json.loads(line) for line in log.read_text().splitlines())
+
+
+def test_interrupt_stops_cleanly_with_the_log_whole(task, tmp_path):
+    log = tmp_path / "t.jsonl"
+    m = FakeMeasurer(interrupt_after=16)
+    result = tune(task, 64, log, "random", m, batch_size=8, compare_numpy=False)
+    assert result.interrupted
+    assert result.trials == 16 == len(read_log(log))
+    assert "interrupted" in result.summary()
+
+
+def test_exhausting_a_small_space_stops_early(tmp_path):
+    task = Task(WORKLOAD)
+    m = FakeMeasurer()
+    result = tune(task, 10_000, None, RandomTuner(task.space, 0), m, batch_size=32,
+                  compare_numpy=False)
+    assert result.trials == len(task.space) == len(set(m.asked))
+
+
+def test_gbt_needs_fewer_trials_than_random_on_the_fake_cost(task):
+    def trials_to_best(tuner, seed):
+        m = FakeMeasurer()
+        result = tune(task, len(task.space), None, tuner, m, batch_size=8, seed=seed,
+                      compare_numpy=False)
+        return result.curve.index(max(result.curve)) + 1
+
+    gbt = [trials_to_best("gbt", s) for s in range(3)]
+    rnd = [trials_to_best("random", s) for s in range(3)]
+    assert sum(gbt) < sum(rnd), (gbt, rnd)
+
+
+def test_progress_line_shows_trials_best_and_errors(task, tmp_path):
+    import io
+    stream = io.StringIO()
+    tune(task, 16, None, "random", FakeMeasurer(), batch_size=8, compare_numpy=False,
+         progress=Progress(16, stream=stream, every=8))
+    text = stream.getvalue()
+    assert "16/16 trials" in text and "GFLOP/s" in text and "errors" in text
+    assert not math.isnan(float(text.split("best ")[-1].split()[0]))
