@@ -130,3 +130,50 @@ def test_progress_line_shows_trials_best_and_errors(task, tmp_path):
     text = stream.getvalue()
     assert "16/16 trials" in text and "GFLOP/s" in text and "errors" in text
     assert not math.isnan(float(text.split("best ")[-1].split()[0]))
+
+
+def test_plot_draws_a_png(tmp_path):
+    pytest.importorskip("matplotlib", reason="--plot needs matplotlib (tdsl[plot])")
+    from tdsl.tuner.tune import plot_curves
+    out = tmp_path / "curve.png"
+    plot_curves({"gbt": [1.0, 2.0, 2.0], "random": [0.5, 1.0, 1.5]}, out, "t")
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+TINY = """
+op axpy(X: f32[N], Y: f32[N]; a: float = 2.0) -> Z: f32[N] {
+    Z[i] = a * X[i] + Y[i]
+}
+schedule axpy for cpu {
+    knob v in [4, 8, 16] = 8
+    knob par in [false, true] = false
+    io, ii = split(Z.i, v)
+    vectorize(ii)
+    if par {
+        parallel(io)
+    }
+}
+"""
+
+
+def test_tdsl_tune_command_end_to_end(tmp_path, capsys):
+    """The real thing on a tiny space: measured in worker processes, logged, resumed,
+    plotted, and the log applied by tdsl build."""
+    from tdsl.cli import main
+    src = tmp_path / "axpy.tdsl"
+    src.write_text(TINY)
+    log = tmp_path / "tune.jsonl"
+    args = ["tune", str(src), "--shape", "N=4096", "--trials", "4", "--log", str(log),
+            "--timeout", "20"]
+    assert main(args) == 0
+    out = capsys.readouterr()
+    assert "best configuration" in out.out and "numpy (reference)" in out.out
+    assert "6 configurations" in out.err
+    assert len(read_log(log)) == 4
+    assert main(args[:5] + ["8"] + args[6:] + ["--tuner", "grid"]) == 0
+    records = read_log(log)
+    assert len(records) == 6                      # the space holds 6: the rest is skipped
+    assert len({json.dumps(r["config"], sort_keys=True) for r in records}) == 6
+    assert all(r["status"] == "ok" for r in records)
+    assert main(["build", str(src), "--shape", "N=4096", "--tuning-log", str(log),
+                 "-o", str(tmp_path / "out")]) == 0
