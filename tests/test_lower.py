@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from tdsl.errors import ScheduleError
 from tdsl.lowering import interp, te
 from tdsl.lowering.default_schedule import default_schedule
-from tdsl.lowering.loop_ir import For, ForKind, Ramp, walk_stmt
+from tdsl.lowering.loop_ir import Allocate, For, ForKind, Ramp, walk_stmt
 from tdsl.lowering.lower import lower
 from tdsl.lowering.passes import apply_schedule
 from tdsl.lowering.schedule import Schedule, TensorIntrin
@@ -448,3 +448,30 @@ def test_tensorize_elementwise():
 def test_cache_write_of_an_output_among_two():
     check("axpy", lambda s: s.cache_write("z", "local").split("z", "i", 4)
           .compute_at("z.local", "z", "i.o").vectorize("z.local", "i"))
+
+
+# ---------------------------------------------------------------------------- several readers
+
+ROW_LOCAL_SOFTMAX = [
+    # e is read by s and y: once s is computed at y.i, e can be too (region: the union)
+    lambda s: s.compute_at("s", "y", "i").compute_at("e", "y", "i").compute_at("m", "y", "i"),
+    lambda s: s.split("y", "j", 4).vectorize("y", "j.i").compute_at("s", "y", "i")
+    .compute_at("e", "y", "i").compute_at("m", "y", "i").parallel("y", "i"),
+    lambda s: s.split("y", "i", 2).compute_at("s", "y", "i.o").compute_at("e", "y", "i.o")
+    .compute_at("m", "y", "i.o"),
+]
+
+
+@pytest.mark.parametrize("case", range(len(ROW_LOCAL_SOFTMAX)))
+@pytest.mark.parametrize("bind", [True, False])
+def test_compute_at_a_producer_with_several_readers_in_one_nest(case, bind):
+    func = check("softmax", ROW_LOCAL_SOFTMAX[case], bind=bind)
+    check("softmax", ROW_LOCAL_SOFTMAX[case], shapes=dict(M=5, N=3), bind=bind)
+    # no workspace of the whole tensor: every intermediate is local to an iteration of y's
+    # row loop (a row of e, one element of m and s; two rows under the split by 2)
+    allocs = {s.buffer.name: s.buffer for s in walk_stmt(func.body) if isinstance(s, Allocate)}
+    assert {allocs[n].scope for n in ("e", "m", "s")} == {"local"}
+    rows = 2 if case == 2 else 1
+    if bind:
+        assert int(np.prod([int(d.value) for d in allocs["e"].shape])) == rows * 7
+        assert func.attrs["unproven_accesses"] == 0

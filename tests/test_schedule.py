@@ -114,6 +114,10 @@ ILLEGAL = [
     ("softmax", lambda s: s.compute_inline("m"), None, "it has a reduction"),
     ("softmax", lambda s: s.compute_at("m", "y", "i"), None, "y does not read m"),
     ("softmax", lambda s: s.compute_at("e", "y", "i"), None, "e is also read by s"),
+    ("softmax", lambda s: s.compute_at("s", "y", "i").compute_at("e", "y", "i")
+     .compute_root("s"), None, "its reader s is no longer computed at y.i"),
+    ("softmax", lambda s: s.split("y", "i", 2).compute_at("s", "y", "i.o")
+     .compute_at("e", "y", "i.i"), None, "e is also read by s"),
     ("softmax", lambda s: s.compute_inline("e").compute_at("e", "y", "i"), None,
      "the stage was inlined"),
     ("softmax", lambda s: s.compute_inline("e").compute_root("e"), None, "was inlined"),

@@ -155,6 +155,8 @@ class CExpressionPrinter:
                              hint=f"cast the argument: {name}(f32(x))")
         if name == "sigmoid":
             return f"{self.helpers.sigmoid(dtype)}({args[0]})", POSTFIX
+        if name in ("exp", "erf"):
+            return f"{getattr(self.helpers, name)(dtype)}({args[0]})", POSTFIX
         if name == "rsqrt":
             one = c_literal(1.0, dtype)[0]
             return f"{one} / {self.math_function('sqrt', dtype)}({args[0]})", MULTIPLICATIVE

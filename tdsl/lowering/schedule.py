@@ -24,8 +24,10 @@ The directives, and the loop nest each makes (``i`` of extent ``E``):
 - ``Reorder(C, axes)``: the named loops take, in the order given, the positions they hold.
   A reduction loop may move outside a data loop: the output is initialised before the first
   reduction loop, so the accumulation order is all that changes.
-- ``ComputeAt(P, C, a)``: P is computed inside loop ``a`` of its only consumer C, for the
-  region one iteration of ``a`` needs (bound inference), in a local buffer.
+- ``ComputeAt(P, C, a)``: P is computed inside loop ``a`` of its consumer C, for the
+  region one iteration of ``a`` needs (bound inference), in a local buffer. P's other
+  readers, if any, must be computed at that same loop (the region is the union of what
+  they all read).
 - ``ComputeInline(P)``: P's expression is substituted into its readers.
 - ``ComputeRoot(P)``: P gets its own loop nest and a global workspace (the default).
 - ``CacheRead(T, scope, readers)``: a new stage ``T.scope[...] = T[...]`` read by ``readers``.

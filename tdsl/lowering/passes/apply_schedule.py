@@ -26,11 +26,31 @@ from .stage_graph import FuseRel, SplitRel, StageGraph, StageState, initial, sta
 def run(fn: te.Function, directives) -> StageGraph:
     """Apply resolved directives (see `Schedule.resolve`) in order to `initial(fn)`."""
     g = initial(fn)
+    placed = {}
     for d in directives:
         handler = _HANDLERS.get(type(d))
         assert handler is not None, f"unknown directive {d!r}"
         handler(g, d)
+        if isinstance(d, (S.ComputeAt, S.ComputeRoot, S.ComputeInline)):
+            placed[d.stage] = d
+    _check_readers_stay(g, placed)
     return g
+
+
+def _check_readers_stay(g: StageGraph, placed: dict) -> None:
+    """A stage computed at ``C.a`` with several readers needs them all still there (a later
+    directive may have moved one elsewhere)."""
+    for name in g.live():
+        st = g.stages[name]
+        if st.attach[0] != "at":
+            continue
+        cons, axis = st.attach[1:]
+        moved = [r for r in g.readers(name)
+                 if r != cons and g.stages[r].attach != ("at", cons, axis)]
+        if moved:
+            d = placed.get(name)
+            _fail(st, f"compute {name} at {cons}.{axis}", f"its reader {moved[0]} is no "
+                  f"longer computed at {cons}.{axis}", d.span if d else None)
 
 
 # ---------------------------------------------------------------------------- checks
@@ -192,12 +212,16 @@ def _compute_at(g: StageGraph, d: S.ComputeAt) -> None:
     if cons.inlined:
         _fail(st, what, f"{cons.name} was inlined", d.span)
     readers = g.readers(st.name)
-    if cons.name not in readers:
+    # Several readers are fine when the others are computed at this same loop: they all
+    # run inside one iteration of it, after st, and st's region covers what they all read.
+    here = ("at", cons.name, d.axis)
+    others = [r for r in readers if r != cons.name and g.stages[r].attach != here]
+    if cons.name not in readers and len(others) == len(readers):
         _fail(st, what, f"{cons.name} does not read {st.name} (readers: "
               f"{', '.join(readers) or 'none'})", d.span)
-    others = [r for r in readers if r != cons.name]
     if others:
-        _fail(st, what, f"{st.name} is also read by {', '.join(others)}", d.span)
+        _fail(st, what, f"{st.name} is also read by {', '.join(others)} (compute "
+              f"{'it' if len(others) == 1 else 'them'} at {cons.name}.{d.axis} first)", d.span)
     if d.axis not in cons.leaves:
         raise ScheduleError(f"In schedule of {st.name}, can't {what}: {cons.name} has no loop "
                             f"{d.axis}; loops of {cons.name} are: {cons.loops()}", d.span)

@@ -210,39 +210,70 @@ class Builder:
 
     def attachments(self, st: StageState, value, loops, ranges, access):
         """The stages computed at one of ``st``'s loops: ``{position: [(buffer, nest)]}``,
-        and ``access`` extended with their buffers (indexed relative to their regions)."""
+        and ``access`` extended with their buffers (indexed relative to their regions).
+
+        A producer may also be read by other stages computed at the same loop: regions are
+        inferred consumers first, so a producer's region covers what those read too."""
         attach: dict[int, list] = {}
         access = dict(access)
-        for prod, axis in self.g.attached_at(st.name):
+        pairs = self.g.attached_at(st.name)
+        regions, outers = {}, {}
+        for prod, axis in reversed(pairs):
             pos = st.leaves.index(axis)
             pst = self.g.stages[prod]
             outer = dict(ranges)
             outer.update({v: (te.Const(0, INDEX), e) for v, e, _, _ in loops[:pos + 1]})
-            reg = self.infer_region(pst, value, loops[pos + 1:], outer)
+            inner = {v: (te.Const(0, INDEX), _add(e, te.Const(-1, INDEX)))
+                     for v, e, _, _ in loops[pos + 1:]}
+            reads = [(value, inner)]
+            for other, other_axis in pairs:
+                if other_axis == axis and other in regions:
+                    reads.append(self._reads_of(self.g.stages[other], regions[other]))
+            regions[prod], outers[prod] = self.infer_region(pst, reads, outer), outer
+        for prod, axis in pairs:
+            pst, reg = self.g.stages[prod], regions[prod]
             buf = self.buffer(prod, pst.dtype, [e for _, e in reg], pst.scope or "local",
                               pst.align)
             access[prod] = Access(buf, tuple(m for m, _ in reg))
-            attach.setdefault(pos, []).append((buf, self.stage(pst, reg, outer, access)))
+            attach.setdefault(st.leaves.index(axis), []).append(
+                (buf, self.stage(pst, reg, outers[prod], access)))
         return attach, access
 
-    def infer_region(self, pst: StageState, value: te.Expr, inner_loops, outer_ranges):
+    def _reads_of(self, rst: StageState, region):
+        """An attached reader's value over its region: its data axes as ``min + x`` with
+        ``x`` in ``[0, extent)``, its reduction axes over their extents."""
+        sub, inner = {}, {}
+        for iv, (lo, ext) in zip(rst.data, region):
+            x = self.fresh(rst.name, iv.var.name + ".r")
+            sub[iv.var] = _add(lo, x)
+            inner[x] = (te.Const(0, INDEX), _add(ext, te.Const(-1, INDEX)))
+        for iv in rst.reduce:
+            k = self.fresh(rst.name, iv.var.name + ".r")
+            sub[iv.var] = k
+            inner[k] = (te.Const(0, INDEX), _add(self.bind(iv.extent), te.Const(-1, INDEX)))
+        return te.substitute(self.bind(rst.value), sub), inner
+
+    def infer_region(self, pst: StageState, reads, outer_ranges):
         """The box of ``pst`` read by one iteration of the attach loop: the union over the
-        consumer's loads of ``pst`` of each index relaxed over the loops inside the attach
-        point (and nested reductions). Falls back to the whole dimension."""
-        inner = {v: (te.Const(0, INDEX), simplify(te.Binary("-", e, te.Const(1, INDEX), INDEX)))
-                 for v, e, _, _ in inner_loops}
-        for r in te.walk(value):
-            if isinstance(r, te.Reduce):
-                for iv in r.axes:
-                    inner[iv.var] = (te.Const(0, INDEX), _add(iv.extent, te.Const(-1, INDEX)))
-        loads = [ld for ld in te.loads(value) if ld.tensor.name == pst.name]
+        loads of ``pst`` in ``reads`` (``[(expr, {var: (lo, hi)})]``, the variables of the
+        loops inside the attach point with their inclusive ranges) of each index relaxed over
+        those loops (and nested reductions). Falls back to the whole dimension."""
+        relaxed = []
+        for value, inner_ranges in reads:
+            inner = dict(inner_ranges)
+            for r in te.walk(value):
+                if isinstance(r, te.Reduce):
+                    for iv in r.axes:
+                        inner[iv.var] = (te.Const(0, INDEX),
+                                         _add(iv.extent, te.Const(-1, INDEX)))
+            relaxed += [(ld, inner) for ld in te.loads(value) if ld.tensor.name == pst.name]
         ctx = B.Ctx()
         for v, (lo, e) in outer_ranges.items():
             ctx = ctx.with_loop(v, lo, e)
         region = []
         for d in range(len(pst.shape)):
             full = (te.Const(0, INDEX), self.bind(pst.shape[d]))
-            boxes = [B.relax(ld.indices[d], inner) for ld in loads]
+            boxes = [B.relax(ld.indices[d], inner) for ld, inner in relaxed]
             if not boxes or None in boxes:
                 region.append(full)
                 continue
