@@ -60,7 +60,7 @@ def test_matmul_knobs(ti, tj):
 
 def test_unknown_knob_value_is_a_schedule_error():
     with pytest.raises(tdsl.ScheduleError, match="ti"):
-        tdsl.stdlib["matmul"].build(config={"ti": 5})
+        tdsl.stdlib["matmul"].build(config={"ti": 9})
 
 
 @settings(max_examples=10, deadline=None)
@@ -82,3 +82,127 @@ def test_conv2d_hand_schedule_matches_reference(n, c, f, h, w, k, stride, paddin
     kernel = op.build(shapes=shapes, **attrs)
     np.testing.assert_allclose(kernel(x, wt), op.reference(x, wt, **attrs), rtol=1e-4,
                                atol=1e-4)
+
+
+@settings(max_examples=10, deadline=None)
+@given(n=st.sampled_from([1, 2]), c=st.sampled_from([1, 3, 5]),
+       h=st.sampled_from([3, 7, 10]), w=st.sampled_from([3, 9, 17, 33]),
+       k=st.sampled_from([1, 3]), stride=st.sampled_from([1, 2]),
+       padding=st.sampled_from([0, 1, 2]), dilation=st.sampled_from([1, 2]),
+       fixed=st.booleans())
+def test_depthwise_hand_schedule_matches_reference(n, c, h, w, k, stride, padding, dilation,
+                                                   fixed):
+    op = tdsl.stdlib["depthwise_conv2d"]
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((n, c, h, w), dtype=np.float32)
+    wt = rng.standard_normal((c, 1, k, k), dtype=np.float32)
+    attrs = dict(stride=stride, padding=padding, dilation=dilation)
+    if h + 2 * padding < dilation * (k - 1) + 1 or w + 2 * padding < dilation * (k - 1) + 1:
+        return                               # no output position: nothing to compare
+    shapes = op.sizes_of(x, wt, **attrs) if fixed else None
+    kernel = op.build(shapes=shapes, **attrs)
+    np.testing.assert_allclose(kernel(x, wt), op.reference(x, wt, **attrs), rtol=1e-4,
+                               atol=1e-4)
+
+
+def _conv_arrays(depthwise: bool, c=5, f=19, h=9, w=13, seed=2):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((1, c, h, w), dtype=np.float32)
+    wt = rng.standard_normal((c, 1, 3, 3) if depthwise else (f, c, 3, 3), dtype=np.float32)
+    return x, wt
+
+
+@pytest.mark.parametrize("config", [{"nb": 1, "tx": 14}, {"nb": 3, "tx": 4},
+                                    {"nb": 4, "tx": 16}])
+def test_conv2d_knobs(config):
+    op = tdsl.stdlib["conv2d"]
+    x, wt = _conv_arrays(False)
+    kernel = op.build(shapes=op.sizes_of(x, wt, padding=1), config=config, padding=1)
+    np.testing.assert_allclose(kernel(x, wt), op.reference(x, wt, padding=1), rtol=1e-4,
+                               atol=1e-4)
+
+
+@pytest.mark.parametrize("ty", [1, 4, 7])
+def test_depthwise_knobs(ty):
+    op = tdsl.stdlib["depthwise_conv2d"]
+    x, wt = _conv_arrays(True)
+    kernel = op.build(shapes=op.sizes_of(x, wt, padding=1), config={"ty": ty}, padding=1)
+    np.testing.assert_allclose(kernel(x, wt), op.reference(x, wt, padding=1), rtol=1e-4,
+                               atol=1e-4)
+
+
+def test_conv2d_schedule_keeps_a_register_tile():
+    """The default tile (2 blocks of 16 filters x 7 columns) is 14 named vector
+    accumulators, and the packed weights are read as whole vectors."""
+    op = tdsl.stdlib["conv2d"]
+    x, wt = _conv_arrays(False, c=8, f=32, h=14, w=14)
+    source = op.build(shapes=op.sizes_of(x, wt, padding=1), padding=1).source
+    assert "tdsl_f32x16 PL_0" in source and "PL_13" in source and "PL_14" not in source
+    assert "tdsl_load_f32x16(&Wp[" in source
+
+
+# ------------------------------------------------- row-local norms and the pools (hand schedules)
+
+ROW_OPS = ["softmax", "layer_norm"]
+POOLS = ["max_pool2d", "avg_pool2d", "global_avg_pool2d"]
+
+
+@pytest.mark.parametrize("name", ROW_OPS + POOLS)
+def test_norm_and_pool_hand_schedules_are_the_default(name):
+    op = tdsl.stdlib[name]
+    assert "default" in op.schedule_names()
+    attrs = {"kernel": 2} if name in ("max_pool2d", "avg_pool2d") else {}
+    assert "vec" in {k.name for k in op.schedule(**attrs).knobs}
+
+
+def _row_arrays(name, n, d, seed=0):
+    rng = np.random.default_rng(seed)
+    x = (rng.standard_normal((n, d), dtype=np.float32) * 4).astype(np.float32)
+    if name == "softmax":
+        return (x,)
+    return x, rng.standard_normal(d, dtype=np.float32), rng.standard_normal(d, dtype=np.float32)
+
+
+@settings(max_examples=12, deadline=None)
+@given(name=st.sampled_from(ROW_OPS), n=SIZES, d=st.sampled_from([1, 5, 16, 17, 33, 64, 100]),
+       fixed=st.booleans())
+def test_row_local_schedules_match_reference(name, n, d, fixed):
+    _check(tdsl.stdlib[name], _row_arrays(name, n, d), fixed)
+
+
+@pytest.mark.parametrize("name", ROW_OPS)
+@pytest.mark.parametrize("vec", [8, 32, 64])
+def test_row_local_knobs(name, vec):
+    op = tdsl.stdlib[name]
+    arrays = _row_arrays(name, 3, 70)
+    kernel = op.build(config={"vec": vec})
+    np.testing.assert_allclose(kernel(*arrays), op.reference(*arrays), rtol=1e-4, atol=1e-5)
+
+
+def test_softmax_schedule_is_row_local():
+    """One parallel loop over the rows; the row maximum and sum live in it (no workspace of
+    the whole tensor), and exp is the vectorizable helper, not libm's expf."""
+    op = tdsl.stdlib["softmax"]
+    x = _row_arrays("softmax", 64, 256)[0]
+    kernel = op.build(shapes=op.sizes_of(x))
+    assert kernel.source.count("#pragma omp parallel for") == 1
+    assert "tdsl_alloc" not in kernel.source and "expf(" not in kernel.source
+    assert "tdsl_exp_f32(" in kernel.source
+
+
+@settings(max_examples=12, deadline=None)
+@given(name=st.sampled_from(POOLS), n=st.sampled_from([1, 2]), c=st.sampled_from([1, 3]),
+       h=st.sampled_from([1, 4, 7, 19]), w=st.sampled_from([1, 5, 18, 35]),
+       kernel=st.sampled_from([1, 2, 3]), stride=st.sampled_from([1, 2]),
+       padding=st.sampled_from([0, 1]), fixed=st.booleans())
+def test_pool_hand_schedules_match_reference(name, n, c, h, w, kernel, stride, padding, fixed):
+    op = tdsl.stdlib[name]
+    x = np.random.default_rng(0).standard_normal((n, c, h, w), dtype=np.float32)
+    attrs = {} if name == "global_avg_pool2d" else dict(kernel=kernel, stride=stride,
+                                                        padding=padding)
+    if attrs and (2 * padding > kernel or h + 2 * padding < kernel
+                  or w + 2 * padding < kernel):
+        return                               # no output, or windows of padding only
+    shapes = op.sizes_of(x, **attrs) if fixed else None
+    got = op.build(shapes=shapes, **attrs)(x)
+    np.testing.assert_allclose(got, op.reference(x, **attrs), rtol=1e-4, atol=1e-5)
