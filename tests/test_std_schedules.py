@@ -112,8 +112,8 @@ def _conv_arrays(depthwise: bool, c=5, f=19, h=9, w=13, seed=2):
     return x, wt
 
 
-@pytest.mark.parametrize("config", [{"nb": 1, "tx": 14}, {"nb": 3, "tx": 4},
-                                    {"nb": 4, "tx": 16}])
+@pytest.mark.parametrize("config", [{"nb": 1, "tx": 14}, {"nb": 3, "tx": 4, "rows": True},
+                                    {"nb": 4, "tx": 7, "order": "rsc"}])
 def test_conv2d_knobs(config):
     op = tdsl.stdlib["conv2d"]
     x, wt = _conv_arrays(False)

@@ -8,11 +8,17 @@ from hypothesis import strategies as st
 from tdsl.tuner.log import Workload
 from tdsl.tuner.task import Task
 
-# op -> (sizes drawn as multiples of nothing in particular, attributes)
+# op -> (the range each size is drawn from, attributes)
 TEMPLATED = {
     "matmul": ({"M": (1, 40), "N": (1, 70), "K": (1, 20)}, {}),
     "batch_matmul": ({"B": (1, 3), "M": (1, 30), "N": (1, 50), "K": (1, 12)}, {}),
     "dense": ({"N": (1, 30), "M": (1, 70), "K": (1, 20)}, {}),
+    "conv2d": ({"N": (1, 2), "C": (1, 5), "IH": (3, 12), "IW": (3, 20), "F": (1, 40),
+                "KH": (3, 3), "KW": (3, 3)}, {"padding": 1}),
+    "depthwise_conv2d": ({"N": (1, 2), "C": (1, 5), "IH": (3, 12), "IW": (3, 40),
+                          "KH": (3, 3), "KW": (3, 3)}, {"padding": 1}),
+    "softmax": ({"N": (1, 9), "D": (1, 70)}, {}),
+    "layer_norm": ({"N": (1, 9), "D": (1, 70)}, {}),
 }
 
 
