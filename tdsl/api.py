@@ -92,7 +92,7 @@ class Op:
         if name not in defs:
             raise ScheduleError(f"op {self.name} has no schedule '{name}' for {target}",
                                 hint=f"schedules: {', '.join(['auto', 'naive', *defs])}")
-        return to_schedule(defs[name], fn, INTRINSICS)
+        return to_schedule(defs[name], fn, INTRINSICS, shapes)
 
     def lower(self, schedule=None, shapes: dict | None = None, config: dict | None = None,
               target: str = "c", ranks=None, **attrs) -> LoweredFunc:

@@ -153,3 +153,44 @@ def test_python_templates_use_when_and_require():
     assert [type(d).__name__ for d in s.resolve({})] == ["Split", "Unroll"]
     with pytest.raises(ScheduleError, match="not one of its choices"):
         s.resolve({"f": 5})
+
+
+FACTORS = """
+op mm(A: f32[M, K], B: f32[K, N]) -> C: f32[M, N] {
+    C[i, j] = sum[k](A[i, k] * B[k, j])
+}
+schedule mm for cpu {
+    knob tj in factors(N, 64) = 32
+    knob ti in factors(M)
+    io, ii = split(C.i, ti)
+    jo, ji = split(C.j, tj)
+    vectorize(ji)
+}
+"""
+
+
+def test_factor_knobs_take_their_choices_from_the_sizes():
+    op = tdsl.loads(FACTORS)["mm"]
+    s = op.schedule(shapes={"M": 12, "N": 96, "K": 5})
+    choices = {k.name: k.choices for k in s.knobs}
+    assert choices["tj"] == (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48)
+    assert choices["ti"] == (1, 2, 3, 4, 6, 12)
+    assert s.default_config() == {"tj": 32, "ti": 1}
+    # a default that does not divide falls to the nearest factor below it
+    assert op.schedule(shapes={"M": 12, "N": 40, "K": 5}).default_config()["tj"] == 20
+    a = np.ones((12, 5), np.float32)
+    b = np.ones((5, 96), np.float32)
+    got = op.build(shapes={"M": 12, "N": 96, "K": 5}, config={"tj": 48, "ti": 4})(a, b)
+    np.testing.assert_allclose(got, a @ b)
+
+
+def test_factor_knobs_need_the_size():
+    with pytest.raises(ScheduleError, match=r"factors\(N\) needs the size N"):
+        tdsl.loads(FACTORS)["mm"].schedule()
+    with pytest.raises(ScheduleError, match="list"):
+        tdsl.loads(FACTORS.replace("factors(M)", "divisors(M)"))["mm"].schedule(
+            shapes={"M": 4, "N": 4, "K": 4})
+
+
+def test_factor_knobs_round_trip():
+    assert parse(unparse.module(parse(FACTORS))) == parse(FACTORS)

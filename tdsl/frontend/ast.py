@@ -181,10 +181,13 @@ class OpDef(Node):
 
 @dataclass(frozen=True)
 class KnobDecl(Node):
+    """``knob ti in [4, 8] = 8``, or ``knob tf in factors(F)`` (``generator``: choices that
+    depend on the sizes, made when the schedule is instantiated)."""
     name: str
     choices: tuple
     default: Node | None
     span: Span | None = _span()
+    generator: Node | None = None
 
 
 @dataclass(frozen=True)

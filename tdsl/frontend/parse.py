@@ -241,6 +241,12 @@ class _ToAst(Transformer):
         choices = tuple(x for x in rest[:-1] if x is not None)
         return ast.KnobDecl(str(name), choices, default, self._span(meta))
 
+    def knob_gen(self, meta, c):
+        name, func, args, default = c
+        positional, kwargs = args if args else ((), ())
+        call = ast.Call(str(func), positional, kwargs, self._span(meta))
+        return ast.KnobDecl(str(name), (), default, self._span(meta), call)
+
     def sched_call(self, meta, c):
         *names, func, args = c
         targets = tuple(str(n) for n in names if n is not None)

@@ -10,6 +10,8 @@ which raises a `ScheduleError` pointing at the statement.
 """
 from __future__ import annotations
 
+import operator
+
 from ..errors import ScheduleError, TdslError
 from ..lowering import te
 from ..lowering.schedule import Knob, KnobExpr, Schedule
@@ -39,13 +41,20 @@ _SIGNATURES = {
 }
 
 
-def to_schedule(sdef: ast.ScheduleDef, fn: te.Function, intrinsics: dict | None = None) \
-        -> Schedule:
+def to_schedule(sdef: ast.ScheduleDef, fn: te.Function, intrinsics: dict | None = None,
+                shapes: dict | None = None) -> Schedule:
+    """The block as a `Schedule` of ``fn``; ``shapes`` (sizes known now) serve knobs whose
+    choices depend on them (``factors(N)``)."""
     sched = Schedule(fn)
     for st in sdef.body:
         if isinstance(st, ast.KnobDecl):
-            choices = tuple(const_value(c, {}) for c in st.choices)
             default = const_value(st.default, {}) if st.default is not None else None
+            if st.generator is not None:
+                choices = _generated_choices(st.generator, fn, shapes or {})
+                if default is not None:          # the nearest choice not above it
+                    default = max((c for c in choices if c <= default), default=choices[0])
+            else:
+                choices = tuple(const_value(c, {}) for c in st.choices)
             sched = sched.knob(st.name, choices, default, span=st.span)
     knobs = {k.name for k in sched.knobs}
     owner: dict[str, str] = {}          # axis named in this block -> its stage
@@ -68,6 +77,39 @@ def _apply_block(sched: Schedule, body, knobs, owner, intrinsics, top=False) -> 
         else:
             sched = _apply_call(sched, st, knobs, owner, intrinsics)
     return sched
+
+
+def _generated_choices(call: ast.Call, fn: te.Function, shapes: dict) -> tuple:
+    """``factors(E)``: the divisors of the size E (``factors(E, m)``: those up to m), the
+    split factors that leave no tail, as TVM's ``define_split`` enumerates them."""
+    if call.func != "factors" or not 1 <= len(call.args) <= 2 or call.kwargs:
+        raise ScheduleError(f"knob choices are a list `[...]` or `factors(SIZE[, MAX])`, "
+                            f"not {call.func}(...)", call.span)
+    env = {**dict(fn.attrs), **shapes}
+    n, *cap = (_size_value(a, env) for a in call.args)
+    limit = cap[0] if cap else n
+    return tuple(d for d in range(1, min(n, limit) + 1) if n % d == 0)
+
+
+_INT_OPS = {"+": operator.add, "-": operator.sub, "*": operator.mul,
+            "//": operator.floordiv, "%": operator.mod}
+
+
+def _size_value(node, env) -> int:
+    """An integer expression of sizes and attributes, e.g. ``IW + 2 * padding``."""
+    match node:
+        case ast.Number() if not node.is_float:
+            return int(node.text)
+        case ast.Name(n) if isinstance(env.get(n), int) and not isinstance(env[n], bool):
+            return env[n]
+        case ast.Name(n):
+            raise ScheduleError(f"factors({n}) needs the size {n} when the schedule is made",
+                                node.span, hint=f"give it, e.g. shapes={{'{n}': 64}} or "
+                                                f"--shape {n}=64")
+        case ast.Binary(op, left, right) if op in _INT_OPS:
+            return _INT_OPS[op](_size_value(left, env), _size_value(right, env))
+    raise ScheduleError("expected an integer expression of sizes and attributes",
+                        getattr(node, "span", None))
 
 
 def _knob_expr(node, knobs):

@@ -104,8 +104,10 @@ def statement(node) -> str:
             return f"{lhs} = {expr(e)}"
         case ast.CallStage(targets, call):
             return f"{', '.join(targets)} = {expr(call)}"
-        case ast.KnobDecl(name, choices, default):
+        case ast.KnobDecl(name, choices, default, _, generator):
             d = f" = {expr(default)}" if default is not None else ""
+            if generator is not None:
+                return f"knob {name} in {expr(generator)}{d}"
             return f"knob {name} in [{', '.join(expr(c) for c in choices)}]{d}"
         case ast.SchedCall(targets, func, args, kwargs):
             lhs = f"{', '.join(targets)} = " if targets else ""

@@ -98,9 +98,9 @@ def tune(task: Task, trials: int, log=None, tuner="gbt", measurer=None,
         while result.trials < trials and search.remaining() > 0:
             t0 = time.perf_counter()
             n = min(batch_size, trials - result.trials)
-            batch = search.next_batch(n)
-            if default not in done and default not in batch and task.space.is_valid(default):
-                batch = [default] + batch[:n - 1]
+            first = [default] if default not in done and task.space.is_valid(default) else []
+            # dict.fromkeys: the tuner may propose the default too
+            batch = list(dict.fromkeys(first + search.next_batch(n - len(first))))
             result.search_seconds += time.perf_counter() - t0
             if not batch:
                 break
