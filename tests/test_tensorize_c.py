@@ -40,3 +40,26 @@ def test_tensorized_matmul_compiles_and_matches_numpy(sizes):
     a = rng.standard_normal((sizes["M"], sizes["K"])).astype(np.float32)
     b = rng.standard_normal((sizes["K"], sizes["N"])).astype(np.float32)
     np.testing.assert_allclose(kernel(a, b), a @ b, rtol=1e-5, atol=1e-5)
+
+
+def test_the_built_in_micro_kernel_is_named_from_a_schedule_block():
+    mod = tdsl.loads("""
+op mm(A: f32[M, K], B: f32[K, N]) -> C: f32[M, N] {
+    C[i, j] = sum[k](A[i, k] * B[k, j])
+}
+schedule mm for cpu {
+    jo, ji = split(C.j, 16)
+    ko, ki = split(C.k, 4)
+    reorder(C.i, jo, ko, ki, ji)
+    tensorize(ki, gemv_f32_4x16)
+    parallel(C.i)
+}
+""")
+    op = mod["mm"]
+    sizes = dict(M=9, N=48, K=20)
+    kernel = op.build(shapes=sizes)
+    assert "gemv_f32_4x16(&A[" in kernel.source
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal((9, 20)).astype(np.float32)
+    b = rng.standard_normal((20, 48)).astype(np.float32)
+    np.testing.assert_allclose(kernel(a, b), a @ b, rtol=1e-5, atol=1e-5)
