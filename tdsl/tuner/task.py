@@ -60,7 +60,8 @@ class Task:
 def flop_count(fn: te.Function, shapes: dict[str, int]) -> int:
     """Arithmetic operations of ``fn`` at these sizes: per stage, the points of its domain
     (times the reduction's extent) times the operations per point, a reduction's combine
-    counting one (so a matmul is 2·M·N·K). Copies and selects count nothing; at least 1."""
+    counting one (so a matmul is 2·M·N·K, a conv2d 2·N·F·OH·OW·C·KH·KW). Copies, selects
+    and index arithmetic count nothing; at least 1."""
     env = {v: shapes[v.name] for v in fn.shape_vars}
     total = 0
     for t in fn.stages():
@@ -75,7 +76,11 @@ def flop_count(fn: te.Function, shapes: dict[str, int]) -> int:
     return max(total, 1)
 
 
-def _arith_ops(e: te.Expr) -> int:
-    return sum(1 for n in te.walk(e)
-               if isinstance(n, (te.Binary, te.Intrinsic)) or
-               (isinstance(n, te.Unary) and n.op == "-"))
+def _arith_ops(e) -> int:
+    """Operations on values: index arithmetic (in loads' subscripts, or in conditions on
+    indices) is address computation, not work, and is not counted."""
+    if isinstance(e, te.Load) or not isinstance(e, te.Expr):
+        return 0
+    counts = e.dtype not in (te.INDEX, "bool") and (
+        isinstance(e, (te.Binary, te.Intrinsic)) or (isinstance(e, te.Unary) and e.op == "-"))
+    return int(counts) + sum(_arith_ops(c) for c in te.children(e))
