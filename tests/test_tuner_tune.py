@@ -181,7 +181,7 @@ def test_tdsl_tune_command_end_to_end(tmp_path, capsys):
 
 def test_flop_counts_are_the_textbook_ones():
     """Value arithmetic only: the conv's padding select and index arithmetic count nothing."""
-    conv = Task(Workload.make("std", "conv2d", {"N": 1, "C": 8, "IH": 10, "IW": 12, "F": 20,
+    conv = Task(Workload.make("std", "conv2d", {"N": 1, "C": 8, "IH": 10, "IW": 12, "F": 32,
                                                 "KH": 3, "KW": 3}, {"padding": 1}))
-    assert conv.flops == 2 * 20 * 10 * 12 * 8 * 9
+    assert conv.flops == 2 * 32 * 10 * 12 * 8 * 9
     assert Task(WORKLOAD).flops == 2 * 64 ** 3

@@ -61,7 +61,8 @@ def flop_count(fn: te.Function, shapes: dict[str, int]) -> int:
     """Arithmetic operations of ``fn`` at these sizes: per stage, the points of its domain
     (times the reduction's extent) times the operations per point, a reduction's combine
     counting one (so a matmul is 2·M·N·K, a conv2d 2·N·F·OH·OW·C·KH·KW). Copies, selects
-    and index arithmetic count nothing; at least 1."""
+    and index arithmetic count nothing; at least 1. It counts the stages as the algorithm
+    writes them: conv2d's blocks of 16 filters count whole when F is not a multiple."""
     env = {v: shapes[v.name] for v in fn.shape_vars}
     total = 0
     for t in fn.stages():
