@@ -53,7 +53,10 @@ class Kernel:
         _check_sizes_bindable(func, self._fixed)
         self._ffi, self._lib = _load(str(built.lib_path), module.prototype)
         self._fn = getattr(self._lib, module.name)
-        self._pointer_types = [self._ffi.typeof(f"{to_c(b.dtype)} *") for b in func.params]
+        self._array_types = [f"{to_c(b.dtype)}[]" for b in func.params]
+        # input shapes -> (sizes to pass, output shapes): binding and checking the sizes is
+        # most of a call's Python time, and a kernel is usually called at a few shapes
+        self._bound: dict[tuple, tuple] = {}
 
     def __repr__(self) -> str:
         return f"Kernel({self.func.name}, {self.lib_path})"
@@ -64,17 +67,20 @@ class Kernel:
             raise CallError(f"{self.func.name} takes {len(self._inputs)} argument(s) "
                             f"({names}), got {len(arrays)}")
         inputs = [_check_input(b, a) for b, a in zip(self._inputs, arrays)]
-        sizes = self._bind_sizes(inputs)
-        shapes = [self._output_shape(b, sizes) for b in self._outputs]
+        key = tuple(np.shape(a) for a in inputs)
+        if key not in self._bound:
+            sizes = self._bind_sizes(inputs)
+            self._bound[key] = ([sizes[v] for v in self._free_sizes],
+                                [self._output_shape(b, sizes) for b in self._outputs])
+        free_sizes, shapes = self._bound[key]
         outputs = self._prepare_outputs(out, shapes, inputs)
         args = []
         for i, (buf, value) in enumerate(zip(self.func.params, inputs + outputs)):
             if buf.shape or i >= len(self._inputs):
-                args.append(self._ffi.cast(self._pointer_types[i], value.ctypes.data))
+                args.append(self._ffi.from_buffer(self._array_types[i], value))
             else:
                 args.append(value)
-        args += [sizes[v] for v in self._free_sizes]
-        if self._fn(*args) != 0:
+        if self._fn(*args, *free_sizes) != 0:
             raise MemoryError(f"{self.func.name}: the kernel could not allocate its workspace")
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
 
@@ -212,7 +218,9 @@ def _check_input(buf: Buffer, value):
                         f"expected rank {len(buf.shape)}: {_describe(buf)}")
     if not buf.shape:
         return value.item()
-    return np.require(value, requirements=("C_CONTIGUOUS", "ALIGNED"))
+    if value.flags.c_contiguous and value.flags.aligned:
+        return value
+    return np.ascontiguousarray(value)        # a copy: the kernel indexes dense memory
 
 
 def _scalar_argument(buf: Buffer, value):
