@@ -1,22 +1,30 @@
 """tdsl's compiled C beside numpy (and PyTorch where installed), in one run, with ratios.
 
-    python benchmarks/bench_ops.py            # everything
+    python benchmarks/bench_ops.py            # everything, with the hand schedules' defaults
     python benchmarks/bench_ops.py matmul     # cases whose name contains "matmul"
+    python benchmarks/bench_ops.py --tune 64 --log tuned.jsonl conv    # tuned first (gbt)
+    python benchmarks/bench_ops.py --log tuned.jsonl                   # apply an earlier log
 
-Machines here are shared and noisy: read the ratios, not the absolute times. Each figure is
-the median of repeats after a warm-up; "ratio" is the baseline's time over tdsl's (> 1 means
-tdsl is faster).
+Machines here are shared and noisy: read the ratios, not the absolute times. tdsl, numpy and
+PyTorch are timed in turn, three rounds; each figure is the best round's median of repeats
+after a warm-up (interference only ever adds time, and taking turns gives each the same
+chances); "ratio" is the baseline's time over tdsl's (> 1 means tdsl is faster).
 """
 from __future__ import annotations
 
+import argparse
 import math
 import statistics
 import sys
 import time
+import warnings
 
 import numpy as np
 
 import tdsl
+from tdsl.tuner.log import Workload
+from tdsl.tuner.task import Task
+from tdsl.tuner.tune import tune
 
 try:
     import torch
@@ -52,6 +60,9 @@ schedule dense_relu for cpu {
     parallel(Wt.k)
 }
 """
+
+
+ROUNDS = 3
 
 
 def timeit(fn, min_time=0.3, repeats=7) -> float:
@@ -138,22 +149,46 @@ def _np_gelu_affine(x):
     return 0.5 * y * (1 + np.tanh(0.7978845608 * (y + 0.044715 * y * y * y)))
 
 
-def main(filters):
+def tune_case(op, shapes, attrs, trials, log):
+    """Tune a standard-library op at these sizes (its records go to ``log``)."""
+    task = Task(Workload.make("std", op.name, shapes, attrs))
+    result = tune(task, trials, log, "gbt", compare_numpy=False)
+    print(f"  tuned {task.workload} ({len(task.space)} configurations): "
+          f"{result.trials} trials, best {result.best_config}", file=sys.stderr, flush=True)
+
+
+def main(argv):
+    p = argparse.ArgumentParser(description="tdsl beside numpy and PyTorch")
+    p.add_argument("filters", nargs="*", help="only cases whose name contains one of these")
+    p.add_argument("--log", help="build with the best configurations of this tuning log")
+    p.add_argument("--tune", type=int, metavar="TRIALS",
+                   help="first tune each standard-library case for TRIALS trials into --log")
+    args = p.parse_args(argv)
+    if args.tune and not args.log:
+        p.error("--tune needs --log")
     print(f"{'case':28} {'tdsl ms':>9} {'numpy ms':>9} {'torch ms':>9} "
           f"{'vs numpy':>9} {'vs torch':>9} {'tdsl rate':>12}")
-    for name, work, op, args, attrs, np_fn, torch_fn in cases():
-        if filters and not any(f in name for f in filters):
+    for name, work, op, arrays, attrs, np_fn, torch_fn in cases():
+        if args.filters and not any(f in name for f in args.filters):
             continue
         # specialised to the sizes, as an ahead-of-time compiler for a fixed workload is
-        shapes = op.sizes_of(*args, **attrs)
-        kernel = op.build(target="c", shapes=shapes, **attrs)
-        out = kernel(*args)
-        ref = op.reference(*args, **attrs) if args[0].size <= (1 << 22) else None
+        shapes = op.sizes_of(*arrays, **attrs)
+        std = op.module.name == "std"
+        if args.tune and std and op.schedule(shapes=shapes, **attrs).knobs:
+            tune_case(op, shapes, attrs, args.tune, args.log)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")         # no record: the defaults, as without a log
+            kernel = op.build(target="c", shapes=shapes,
+                              tuning_log=args.log if std else None, **attrs)
+        out = kernel(*arrays)
+        ref = op.reference(*arrays, **attrs) if arrays[0].size <= (1 << 22) else None
         if ref is not None:
             np.testing.assert_allclose(out, ref, rtol=2e-3, atol=2e-3)
-        t = timeit(lambda: kernel(*args))
-        tn = timeit(np_fn) if np_fn else None
-        tt = timeit(torch_fn) if torch_fn else None
+        fns = [lambda: kernel(*arrays), np_fn, torch_fn]
+        best = [math.inf if f else None for f in fns]
+        for _ in range(ROUNDS):
+            best = [min(b, timeit(f)) if f else None for b, f in zip(best, fns)]
+        t, tn, tt = best
         rate = ""
         if work and "GB/s" in name:
             rate = f"{work / t / 1e9:.1f} GB/s"
