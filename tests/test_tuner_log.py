@@ -26,7 +26,7 @@ def test_records_round_trip_and_carry_what_identifies_them(tmp_path):
     write(path, [rec])
     [back] = read_log(path)
     assert back == json.loads(json.dumps(rec))
-    assert back["machine"] == machine_fingerprint()
+    assert back["workload"]["machine"] == machine_fingerprint()
     assert back["tdsl"] == tdsl.__version__
     assert Workload.from_json(back["workload"]) == MATMUL
 
@@ -61,7 +61,7 @@ def test_best_record_is_the_fastest_ok_one_of_the_workload_and_machine(tmp_path)
             make_record(MATMUL, {"ti": 12, "tj": 64}, "crash", None, None, "SIGSEGV"),
             make_record(other, {"ti": 6, "tj": 48}, "ok", 1e-6, 9.0)]
     elsewhere = make_record(MATMUL, {"ti": 6, "tj": 16}, "ok", 1e-9, 99.0)
-    elsewhere["machine"] = "another machine"
+    elsewhere["workload"]["machine"] = "another machine"
     recs.append(elsewhere)
     assert best_record(recs, MATMUL)["config"] == {"ti": 8, "tj": 32}
     assert len(records_for(recs, MATMUL)) == 4

@@ -13,7 +13,7 @@ import pytest
 
 from tdsl.lowering import te
 from tdsl.lowering.schedule import Knob, KnobExpr, Schedule, TensorIntrin
-from tdsl.tuner.log import Workload
+from tdsl.tuner.log import Workload, machine_fingerprint
 from tdsl.tuner.measure import LocalMeasurer, MeasureResult, compare, time_calls
 from tdsl.tuner.task import Task
 
@@ -72,6 +72,7 @@ def check(results, indices, task):
         assert r.status == expected, (r.config, r.status, r.message)
         assert r.ok == (expected == "ok")
         assert r.config == task.space.config(r.index)
+        assert r.machine == machine_fingerprint()      # the loopback cluster is this machine
         if r.ok:
             assert r.seconds is not None and r.seconds > 0 and r.message == ""
             assert r.build_seconds > 0

@@ -4,8 +4,9 @@ A record says what was measured and on what, so that a log can be resumed, appli
 time and shared between machines without mixing them up:
 
     {"workload": {"file": "std", "op": "matmul", "shapes": {"K": 1024, ...}, "attrs": {},
-                  "target": "c", "schedule": null},
-     "machine": "Intel(R) Xeon(R) ... x2 x86_64 3f2a...", "config": {"ti": 8, "tj": 32},
+                  "target": "c", "schedule": null,
+                  "machine": "Intel(R) Xeon(R) ... x2 x86_64 3f2a..."},
+     "config": {"ti": 8, "tj": 32},
      "status": "ok", "seconds": 0.00129, "gflops": 1664.2, "message": "",
      "time": "2026-11-29T23:50:01Z", "tdsl": "0.1.0"}
 
@@ -16,6 +17,7 @@ imports it to apply a log, and it imports nothing of the pipeline.
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 import platform
@@ -61,6 +63,7 @@ class Workload:
         return f"{self.op}[{sizes}]{attrs} for {self.target}"
 
 
+@functools.cache
 def machine_fingerprint() -> str:
     """The CPU model, core count and ISA flags: timings are only comparable on a match."""
     model = platform.processor() or platform.machine()
@@ -73,9 +76,17 @@ def machine_fingerprint() -> str:
     return f"{model} x{os.cpu_count()} {machine_identity()}"
 
 
+def record_machine(record: dict) -> str | None:
+    """The fingerprint of the machine a record was measured on."""
+    workload = record.get("workload")
+    return workload.get("machine") if isinstance(workload, dict) else None
+
+
 def make_record(workload: Workload, config: dict, status: str, seconds: float | None,
-                gflops: float | None, message: str = "") -> dict:
-    return {"workload": workload.to_json(), "machine": machine_fingerprint(),
+                gflops: float | None, message: str = "", machine: str | None = None) -> dict:
+    """A log record; ``machine`` is the measuring machine's fingerprint (this one's when
+    None: a measurement made elsewhere, e.g. on a dask worker, names its own)."""
+    return {"workload": {**workload.to_json(), "machine": machine or machine_fingerprint()},
             "config": config, "status": status, "seconds": seconds, "gflops": gflops,
             "message": message, "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "tdsl": __version__}
@@ -137,7 +148,7 @@ def records_for(records, workload: Workload, machine: str | None = None) -> list
             same = Workload.from_json(r["workload"]) == workload
         except (KeyError, TypeError, ValueError):
             continue
-        if same and (machine is None or r.get("machine") == machine):
+        if same and (machine is None or record_machine(r) == machine):
             out.append(r)
     return out
 

@@ -41,6 +41,7 @@ from ..errors import CallError, ScheduleError, TdslError
 from ..lowering.dtypes import to_c
 from ..lowering.loop_ir import LoweredFunc
 from ..lowering.lower import lower
+from .log import machine_fingerprint
 from .workers import Worker, short, stop_all
 
 STATUSES = ("ok", "invalid", "build_error", "crash", "timeout", "wrong", "run_error")
@@ -57,6 +58,7 @@ class MeasureResult:
     seconds: float | None       # median time of one call (status "ok" only)
     message: str = ""           # the error, a few lines at most
     build_seconds: float = 0.0
+    machine: str = ""           # the fingerprint of the machine that measured it
 
     @property
     def ok(self) -> bool:
@@ -312,7 +314,8 @@ class LocalMeasurer:
     def _run(self, index: int, config: dict, build: tuple, data_dir: str) -> MeasureResult:
         status, built, build_seconds = build
         if status != "ok":
-            return MeasureResult(index, config, status, None, built, build_seconds)
+            return MeasureResult(index, config, status, None, built, build_seconds,
+                                 machine_fingerprint())
         self._start(self._runner, 1)
         runner = self._runner[0]
         runner.send("run", (built, data_dir, self.rtol, self.atol, self.min_seconds,
@@ -329,7 +332,8 @@ class LocalMeasurer:
         self._runs += 1
         if kind != "ok" or self._runs % RUNNER_RECYCLE == 0:
             self._replace(self._runner, runner, start=False)   # restarted when next needed
-        return MeasureResult(index, config, status, seconds, message, build_seconds)
+        return MeasureResult(index, config, status, seconds, message, build_seconds,
+                             machine_fingerprint())
 
     def _kill_all(self) -> None:
         stop_all(self._all)

@@ -13,7 +13,7 @@ from collections import defaultdict
 import numpy as np
 
 from ..errors import TdslError
-from .log import Workload, machine_fingerprint, read_log
+from .log import Workload, machine_fingerprint, read_log, record_machine
 from .model import config_features, normalise
 from .task import Task
 
@@ -27,7 +27,7 @@ def history_from_logs(paths, exclude: Workload | None = None, limit_per_workload
     groups: dict[Workload, dict] = defaultdict(dict)
     for path in paths:
         for rec in read_log(path):
-            if rec.get("machine") != machine:
+            if record_machine(rec) != machine:
                 continue
             try:
                 w = Workload.from_json(rec["workload"])
