@@ -99,7 +99,8 @@ class ConfigSpace:
     def describe(self) -> str:
         """``ti in [4, 6, 8] x tj in [16, 32]: 6 configurations``"""
         knobs = " x ".join(f"{n} in {list(c)}" for n, c in zip(self.names, self.choices))
-        return f"{knobs or '(no knobs)'}: {len(self)} configurations"
+        n = len(self)
+        return f"{knobs or '(no knobs)'}: {n} configuration{'s' * (n != 1)}"
 
     # ------------------------------------------------------------------ sampling and walks
 
