@@ -31,7 +31,8 @@ def shift_source(amount: float) -> str:
 def run_shift(lib_path, x):
     ffi = FFI()
     ffi.cdef(PROTOTYPE + ";")
-    lib = ffi.dlopen(str(lib_path))
+    # never unloaded: dlclose under OpenMP's idle threads crashes (see emit_c.kernel)
+    lib = ffi.dlopen(str(lib_path), ffi.RTLD_NOW | ffi.RTLD_NODELETE)
     y = np.empty_like(x)
     lib.shift(ffi.cast("float *", x.ctypes.data), ffi.cast("float *", y.ctypes.data), x.size)
     return y

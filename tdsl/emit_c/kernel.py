@@ -51,7 +51,7 @@ class Kernel:
         self._outputs = func.params[func.num_inputs:]
         self._free_sizes = [v for v in func.shape_vars if v not in self._fixed]
         _check_sizes_bindable(func, self._fixed)
-        self._ffi, self._lib = _load(str(built.lib_path), module.prototype)
+        self._ffi, self._lib = load_library(str(built.lib_path), module.prototype)
         self._fn = getattr(self._lib, module.name)
         self._array_types = [f"{to_c(b.dtype)}[]" for b in func.params]
         # input shapes -> (sizes to pass, output shapes): binding and checking the sizes is
@@ -137,17 +137,21 @@ class Kernel:
 
 
 # Loaded libraries stay loaded for the life of the process. Unloading one (cffi dlcloses a
-# library when its object is collected) while OpenMP's worker threads still hold state from
-# it crashed the process (seen: a worker thread jumping into the unmapped library). The key
-# is the content-addressed path, so a library is loaded once however many Kernels use it.
+# library when its object is collected, at the latest when the interpreter shuts down) while
+# OpenMP's worker threads still run in libgomp crashed the process (seen: a worker thread
+# jumping into the unmapped library; a segfault at exit). RTLD_NODELETE keeps the library,
+# and with it libgomp, mapped whatever happens to its object. The key is the
+# content-addressed path, so a library is loaded once however many Kernels use it.
 _LOADED: dict[str, tuple] = {}
 
 
-def _load(path: str, prototype: str):
+def load_library(path: str, prototype: str):
+    """``(ffi, lib)`` for the library at ``path`` with this C prototype, loaded once and
+    never unloaded."""
     if path not in _LOADED:
         ffi = FFI()
         ffi.cdef(prototype + ";")
-        _LOADED[path] = (ffi, ffi.dlopen(path))
+        _LOADED[path] = (ffi, ffi.dlopen(path, ffi.RTLD_NOW | ffi.RTLD_NODELETE))
     return _LOADED[path]
 
 

@@ -36,7 +36,7 @@ import numpy as np
 
 from ..emit_c.build import HOST_FLAGS, BuildCache, BuildResult
 from ..emit_c.c import CModule, emit_c
-from ..emit_c.kernel import Kernel
+from ..emit_c.kernel import Kernel, load_library
 from ..errors import CallError, ScheduleError, TdslError
 from ..lowering.dtypes import to_c
 from ..lowering.loop_ir import LoweredFunc
@@ -92,7 +92,6 @@ def build_candidate(template, config: dict, shapes: dict, flags=HOST_FLAGS):
 
 
 _DATA: dict[str, tuple] = {}        # the runner's task data: directory -> (inputs, expected)
-_LIBS: dict[str, tuple] = {}        # raw cffi handles, never unloaded (see emit_c.kernel)
 
 
 def run_candidate(built: Built, data_dir: str, rtol: float, atol: float,
@@ -118,13 +117,7 @@ def raw_call(built: Built, inputs, outputs):
     func, module = built.func, built.module
     if func.shape_vars:
         return None
-    path = str(built.library.lib_path)
-    if path not in _LIBS:
-        from cffi import FFI
-        ffi = FFI()
-        ffi.cdef(module.prototype + ";")
-        _LIBS[path] = (ffi, ffi.dlopen(path))
-    ffi, lib = _LIBS[path]
+    ffi, lib = load_library(str(built.library.lib_path), module.prototype)
     args = [ffi.cast(f"{to_c(buf.dtype)} *", value.ctypes.data)
             if buf.shape or i >= func.num_inputs else np.asarray(value).item()
             for i, (buf, value) in enumerate(zip(func.params, list(inputs) + outputs))]
