@@ -69,6 +69,8 @@ class Kernel:
         inputs = [_check_input(b, a) for b, a in zip(self._inputs, arrays)]
         key = tuple(np.shape(a) for a in inputs)
         if key not in self._bound:
+            if len(self._bound) >= 64:      # a kernel called at ever new shapes
+                self._bound.clear()
             sizes = self._bind_sizes(inputs)
             self._bound[key] = ([sizes[v] for v in self._free_sizes],
                                 [self._output_shape(b, sizes) for b in self._outputs])
