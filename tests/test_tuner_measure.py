@@ -200,3 +200,18 @@ def test_dask_missing_names_the_extra(monkeypatch):
     monkeypatch.setattr(builtins, "__import__", no_dask)
     with pytest.raises(ImportError, match=r"pip install 'tdsl\[distributed\]'"):
         distributed.DaskMeasurer("tcp://127.0.0.1:1")
+
+
+def test_tuning_through_failures_logs_each_with_its_kind(task, cache_dir, tmp_path):
+    """The whole loop on real processes: a grid over every variant is tuned to the end,
+    and the log holds one record per variant with its status."""
+    from tdsl.tuner.log import read_log
+    from tdsl.tuner.tune import tune
+    log = tmp_path / "t.jsonl"
+    with LocalMeasurer(build_workers=2, timeout=3.0, min_seconds=0.05, repeats=3) as m:
+        result = tune(task, 10, log, "grid", m, batch_size=8, compare_numpy=False)
+    statuses = {r["config"]["variant"]: r["status"] for r in read_log(log)}
+    # the invalid variant breaks a `require`: the grid never proposes it
+    assert statuses == {v: s for v, s in enumerate(VARIANTS) if s != "invalid"}
+    assert result.best_config["variant"] in (0, 1)
+    assert result.errors == 4
