@@ -53,6 +53,18 @@ def f32(*shape):
 
 # ------------------------------------------------------------------ good calls
 
+def test_bind_checks_once_and_runs_on_the_same_arrays(matmul):
+    a, b = f32(4, 3), f32(3, 5)
+    run, (out,) = matmul.bind(a, b)
+    run()
+    np.testing.assert_allclose(out, a @ b, rtol=1e-6)
+    a[:] = 0                                   # the bound call reads the arrays as they are
+    run()
+    assert not out.any()
+    with pytest.raises(CallError, match="has size"):
+        matmul.bind(a, f32(4, 5))
+
+
 def test_returns_a_new_array_or_fills_out(matmul):
     a, b = f32(4, 3), f32(3, 5)
     np.testing.assert_allclose(matmul(a, b), a @ b, rtol=1e-6)

@@ -62,6 +62,17 @@ class Kernel:
         return f"Kernel({self.func.name}, {self.lib_path})"
 
     def __call__(self, *arrays, out=None):
+        run, outputs = self._prepare(arrays, out)
+        run()
+        return outputs[0] if len(outputs) == 1 else tuple(outputs)
+
+    def bind(self, *arrays, out=None):
+        """``(run, outputs)``: ``run()`` calls the kernel on these arrays, checked and
+        marshalled once, writing ``outputs`` (new arrays unless ``out=``). For timing loops,
+        where a call's checks would cost more than a small kernel takes."""
+        return self._prepare(arrays, out)
+
+    def _prepare(self, arrays, out):
         if len(arrays) != len(self._inputs):
             names = ", ".join(b.name for b in self._inputs)
             raise CallError(f"{self.func.name} takes {len(self._inputs)} argument(s) "
@@ -82,9 +93,13 @@ class Kernel:
                 args.append(self._ffi.from_buffer(self._array_types[i], value))
             else:
                 args.append(value)
-        if self._fn(*args, *free_sizes) != 0:
-            raise MemoryError(f"{self.func.name}: the kernel could not allocate its workspace")
-        return outputs[0] if len(outputs) == 1 else tuple(outputs)
+        args += free_sizes
+        fn, name = self._fn, self.func.name
+
+        def run():
+            if fn(*args) != 0:
+                raise MemoryError(f"{name}: the kernel could not allocate its workspace")
+        return run, outputs
 
     def _bind_sizes(self, inputs) -> dict[te.Var, int]:
         sizes = dict(self._fixed)

@@ -36,9 +36,8 @@ import numpy as np
 
 from ..emit_c.build import HOST_FLAGS, BuildCache, BuildResult
 from ..emit_c.c import CModule, emit_c
-from ..emit_c.kernel import Kernel, load_library
+from ..emit_c.kernel import Kernel
 from ..errors import CallError, ScheduleError, TdslError
-from ..lowering.dtypes import to_c
 from ..lowering.loop_ir import LoweredFunc
 from ..lowering.lower import lower
 from .log import machine_fingerprint
@@ -107,22 +106,9 @@ def run_candidate(built: Built, data_dir: str, rtol: float, atol: float,
     wrong = compare(outputs[0], expected, rtol, atol)
     if wrong:
         return "wrong", None, wrong
-    call = raw_call(built, inputs, outputs) or (lambda: kernel(*inputs, out=result))
+    # checked and marshalled once: a checked call costs more than a small kernel takes
+    call, _ = kernel.bind(*inputs, out=result)
     return "ok", time_calls(call, min_seconds, repeats), ""
-
-
-def raw_call(built: Built, inputs, outputs):
-    """The C function on arguments prepared once: `Kernel.__call__` checks every argument
-    (~14 us, more than a small kernel takes). None when sizes are free (Kernel binds them)."""
-    func, module = built.func, built.module
-    if func.shape_vars:
-        return None
-    ffi, lib = load_library(str(built.library.lib_path), module.prototype)
-    args = [ffi.cast(f"{to_c(buf.dtype)} *", value.ctypes.data)
-            if buf.shape or i >= func.num_inputs else np.asarray(value).item()
-            for i, (buf, value) in enumerate(zip(func.params, list(inputs) + outputs))]
-    fn = getattr(lib, module.name)
-    return lambda: fn(*args)
 
 
 def time_calls(call, min_seconds: float, repeats: int) -> float:
