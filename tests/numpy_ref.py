@@ -11,6 +11,7 @@ defaults) as ``tdsl.stdlib[name].reference``.
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -154,62 +155,51 @@ def _out_size(size: int, k: int, stride: int, padding: int, dilation: int = 1) -
     return (size + 2 * padding - dilation * (k - 1) - 1) // stride + 1
 
 
-def _window(xp, r0: int, s0: int, oh: int, ow: int, stride: int):
-    """xp[..., r0 + stride*y, s0 + stride*x] for y < oh, x < ow."""
-    return xp[..., r0:r0 + stride * (oh - 1) + 1:stride, s0:s0 + stride * (ow - 1) + 1:stride]
-
-
-def _pad_hw(x, padding: int, value: float):
+def _pad_hw(x, padding: int, value: float = 0.0):
+    """``x`` with ``padding`` elements of ``value`` around its last two dimensions."""
     pw = [(0, 0)] * (x.ndim - 2) + [(padding, padding)] * 2
     return np.pad(x, pw, mode="constant", constant_values=value)
+
+
+def _windows(x, kh: int, kw: int, stride: int, padding: int, dilation: int = 1,
+             pad_value: float = 0.0):
+    """For each tap (r, s) of a kh x kw window: ``(r, s, patch)``, ``patch[..., y, x]`` being
+    the padded input at (stride y + dilation r, stride x + dilation s)."""
+    oh = _out_size(x.shape[-2], kh, stride, padding, dilation)
+    ow = _out_size(x.shape[-1], kw, stride, padding, dilation)
+    xp = _pad_hw(x, padding, pad_value)
+    for r in range(kh):
+        for s in range(kw):
+            r0, s0 = r * dilation, s * dilation
+            yield r, s, xp[..., r0:r0 + stride * (oh - 1) + 1:stride,
+                           s0:s0 + stride * (ow - 1) + 1:stride]
 
 
 def conv2d(x, w, stride=1, padding=0, dilation=1):
     """ONNX Conv / torch conv2d, NCHW, groups = 1, no bias, zero padding."""
     x, w = _f64(x, w)
-    n, c, ih, iw = x.shape
-    f, c2, kh, kw = w.shape
-    assert c == c2
-    oh = _out_size(ih, kh, stride, padding, dilation)
-    ow = _out_size(iw, kw, stride, padding, dilation)
-    xp = _pad_hw(x, padding, 0.0)
-    y = np.zeros((n, f, oh, ow))
-    for r in range(kh):
-        for s in range(kw):
-            patch = _window(xp, r * dilation, s * dilation, oh, ow, stride)   # n c oh ow
-            y += np.einsum("nchw,fc->nfhw", patch, w[:, :, r, s])
-    return _out(y)
+    assert x.shape[1] == w.shape[1]
+    kh, kw = w.shape[2:]
+    return _out(sum(np.einsum("nchw,fc->nfhw", patch, w[:, :, r, s])
+                    for r, s, patch in _windows(x, kh, kw, stride, padding, dilation)))
 
 
 def depthwise_conv2d(x, w, stride=1, padding=0, dilation=1):
     """conv2d with groups = C and one filter per group: W is [C, 1, KH, KW]."""
     x, w = _f64(x, w)
-    n, c, ih, iw = x.shape
-    c2, one, kh, kw = w.shape
-    assert c == c2 and one == 1
-    oh = _out_size(ih, kh, stride, padding, dilation)
-    ow = _out_size(iw, kw, stride, padding, dilation)
-    xp = _pad_hw(x, padding, 0.0)
-    y = np.zeros((n, c, oh, ow))
-    for r in range(kh):
-        for s in range(kw):
-            patch = _window(xp, r * dilation, s * dilation, oh, ow, stride)
-            y += patch * w[:, 0, r, s].reshape(1, c, 1, 1)
-    return _out(y)
+    c = x.shape[1]
+    assert w.shape[:2] == (c, 1)
+    kh, kw = w.shape[2:]
+    return _out(sum(patch * w[:, 0, r, s].reshape(1, c, 1, 1)
+                    for r, s, patch in _windows(x, kh, kw, stride, padding, dilation)))
 
 
 def max_pool2d(x, kernel, stride=None, padding=0):
     """ONNX MaxPool (floor mode): padding is -inf, stride defaults to the kernel."""
     stride = kernel if stride is None else stride
     (x,) = _f64(x)
-    oh = _out_size(x.shape[2], kernel, stride, padding)
-    ow = _out_size(x.shape[3], kernel, stride, padding)
-    xp = _pad_hw(x, padding, -np.inf)
-    y = np.full(x.shape[:2] + (oh, ow), -np.inf)
-    for r in range(kernel):
-        for s in range(kernel):
-            y = np.maximum(y, _window(xp, r, s, oh, ow, stride))
-    return _out(y)
+    patches = (p for _, _, p in _windows(x, kernel, kernel, stride, padding, 1, -np.inf))
+    return _out(functools.reduce(np.maximum, patches))
 
 
 def avg_pool2d(x, kernel, stride=None, padding=0):
@@ -217,16 +207,9 @@ def avg_pool2d(x, kernel, stride=None, padding=0):
     elements, divided by how many there are."""
     stride = kernel if stride is None else stride
     (x,) = _f64(x)
-    oh = _out_size(x.shape[2], kernel, stride, padding)
-    ow = _out_size(x.shape[3], kernel, stride, padding)
-    xp = _pad_hw(x, padding, 0.0)
-    ones = _pad_hw(np.ones(x.shape[2:]), padding, 0.0)
-    total = np.zeros(x.shape[:2] + (oh, ow))
-    count = np.zeros((oh, ow))
-    for r in range(kernel):
-        for s in range(kernel):
-            total += _window(xp, r, s, oh, ow, stride)
-            count += _window(ones, r, s, oh, ow, stride)
+    total = sum(p for _, _, p in _windows(x, kernel, kernel, stride, padding))
+    ones = np.ones(x.shape[2:])
+    count = sum(p for _, _, p in _windows(ones, kernel, kernel, stride, padding))
     return _out(total / count)
 
 
@@ -257,7 +240,7 @@ def reduce_mean(x):
 
 
 def pad2d(x, padding):
-    return _pad_hw(np.asarray(x), padding, 0.0).astype(F32)
+    return _pad_hw(np.asarray(x), padding).astype(F32)
 
 
 def flatten(x):

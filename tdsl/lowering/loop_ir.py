@@ -180,6 +180,14 @@ class LoweredFunc:
 
 # ---------------------------------------------------------------------------- traversal
 
+def rewrite_loops(func: "LoweredFunc", kind: ForKind, rewrite) -> "LoweredFunc":
+    """``func`` with each loop of ``kind`` replaced by ``rewrite(loop)`` (inner loops first;
+    None keeps the loop): the shape of the passes that act on annotated loops."""
+    def post(s):
+        return rewrite(s) if isinstance(s, For) and s.kind is kind else None
+    return dataclasses.replace(func, body=rewrite_stmt(func.body, post=post))
+
+
 def rewrite_stmt(node: Stmt, pre=None, post=None, expr=None) -> Stmt:
     """Rebuild a statement tree, TVM ``ir_transform`` style.
 

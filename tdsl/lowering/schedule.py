@@ -261,27 +261,26 @@ class CacheWrite:
 
 
 @dataclass(frozen=True)
-class Vectorize:
+class LoopKind:
+    """A directive that only sets the kind of one loop (the subclasses say which)."""
+    stage: str
+    axis: str
+    span: Span | None = _span()
+
+
+@dataclass(frozen=True)
+class Vectorize(LoopKind):
     """Lanes over a data loop; straight-line bodies become vector code."""
-    stage: str
-    axis: str
-    span: Span | None = _span()
 
 
 @dataclass(frozen=True)
-class Unroll:
+class Unroll(LoopKind):
     """Copies of the body per iteration (small constant extents), else a pragma."""
-    stage: str
-    axis: str
-    span: Span | None = _span()
 
 
 @dataclass(frozen=True)
-class Parallel:
+class Parallel(LoopKind):
     """Iterations on threads (data loops only)."""
-    stage: str
-    axis: str
-    span: Span | None = _span()
 
 
 @dataclass(frozen=True)

@@ -10,22 +10,18 @@ copies would declare one buffer several times in one C scope).
 """
 from __future__ import annotations
 
-import dataclasses
 
 from .. import te
 from ..dtypes import INDEX
-from ..loop_ir import Allocate, For, ForKind, LoweredFunc, Seq, rewrite_stmt, walk_stmt
+from ..loop_ir import (Allocate, For, ForKind, LoweredFunc, Seq, rewrite_loops, rewrite_stmt,
+                       walk_stmt)
 
 MAX_EXTENT = 32
 MAX_STATEMENTS = 512
 
 
 def run(func: LoweredFunc) -> LoweredFunc:
-    def post(s):
-        if isinstance(s, For) and s.kind is ForKind.UNROLLED:
-            return unroll_loop(s)
-        return None
-    return dataclasses.replace(func, body=rewrite_stmt(func.body, post=post))
+    return rewrite_loops(func, ForKind.UNROLLED, unroll_loop)
 
 
 def unroll_loop(loop: For):

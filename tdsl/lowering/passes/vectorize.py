@@ -18,12 +18,11 @@ kept as is, for the emitter to print with a vectorization pragma.
 """
 from __future__ import annotations
 
-import dataclasses
 
 from .. import te
 from ..dtypes import INDEX, is_float
 from ..loop_ir import (Broadcast, BufferLoad, For, ForKind, LoweredFunc, Ramp, Seq, Store,
-                       rewrite_stmt, vector_dtype)
+                       rewrite_loops, vector_dtype)
 from ..simplify import linear, simplify
 
 
@@ -32,11 +31,7 @@ class _NotVectorizable(Exception):
 
 
 def run(func: LoweredFunc) -> LoweredFunc:
-    def post(s):
-        if isinstance(s, For) and s.kind is ForKind.VECTORIZED:
-            return vectorize_loop(s)
-        return None
-    return dataclasses.replace(func, body=rewrite_stmt(func.body, post=post))
+    return rewrite_loops(func, ForKind.VECTORIZED, vectorize_loop)
 
 
 def vectorize_loop(loop: For):
