@@ -12,6 +12,7 @@ simulated annealing in `tdsl.tuner.search`).
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -83,18 +84,22 @@ class ConfigSpace:
 
     # ------------------------------------------------------------------ size and listing
 
-    def valid_indices(self) -> list[int]:
-        """Every valid configuration, in index order (enumerates: small spaces only)."""
+    @functools.cached_property
+    def _valid(self) -> tuple[int, ...]:
         if self.total > ENUMERATION_LIMIT:
             raise ScheduleError(f"the space has {self.total} raw configurations: too many to "
                                 f"list; sample it instead")
-        return [i for i in range(self.total) if self.is_valid(i)]
+        return tuple(i for i in range(self.total) if self.is_valid(i))
+
+    def valid_indices(self) -> list[int]:
+        """Every valid configuration, in index order (enumerates once: small spaces only)."""
+        return list(self._valid)
 
     def __len__(self) -> int:
         """The number of valid configurations (the raw count for a space too big to list)."""
         if not self.constraints or self.total > ENUMERATION_LIMIT:
             return self.total
-        return len(self.valid_indices())
+        return len(self._valid)
 
     def describe(self) -> str:
         """``ti in [4, 6, 8] x tj in [16, 32]: 6 configurations``"""
