@@ -142,8 +142,12 @@ def cmd_run(args) -> int:
 
 def cmd_tune(args) -> int:
     """Search the op's knob space, log every measurement, print the best configuration."""
+    # imported here: the tuner pulls in scikit-learn, which the other commands don't need
+    from .tuner.distributed import DaskMeasurer
     from .tuner.log import Workload
+    from .tuner.measure import LocalMeasurer
     from .tuner.task import Task
+    from .tuner.transfer import history_from_logs
     from .tuner.tune import Progress, plot_curves, tune
     op = _op_of(args)
     shapes = parse_shapes(args.shape) or {}
@@ -151,17 +155,10 @@ def cmd_tune(args) -> int:
                              args.schedule)
     task = Task(workload)
     print(f"tuning {workload}: {task.space.describe()}", file=sys.stderr)
-    measurer = None
-    if args.dask:
-        from .tuner.distributed import DaskMeasurer
-        measurer = DaskMeasurer(args.dask, timeout=args.timeout)
-    else:
-        from .tuner.measure import LocalMeasurer
-        measurer = LocalMeasurer(timeout=args.timeout)
-    history = None
-    if args.transfer_log:
-        from .tuner.transfer import history_from_logs
-        history = history_from_logs(args.transfer_log, exclude=workload)
+    history = history_from_logs(args.transfer_log, exclude=workload) \
+        if args.transfer_log else None
+    measurer = DaskMeasurer(args.dask, timeout=args.timeout) if args.dask else \
+        LocalMeasurer(timeout=args.timeout)
     try:
         result = tune(task, args.trials, args.log, args.tuner, measurer, args.batch,
                       args.seed, history, Progress(args.trials))
