@@ -103,12 +103,16 @@ class Kernel:
             else:
                 args.append(value)
         args += free_sizes
+        return self._runner(args), outputs
+
+    def _runner(self, args: list):
+        """``run()`` calling the library on marshalled ``args``, raising on failure."""
         fn, name = self._fn, self.func.name
 
         def run():
             if fn(*args) != 0:
                 raise MemoryError(f"{name}: the kernel could not allocate its workspace")
-        return run, outputs
+        return run
 
     def _bind_sizes(self, inputs) -> dict[te.Var, int]:
         sizes = dict(self._fixed)

@@ -23,7 +23,10 @@ from . import ast
 from .exprs import const_value
 
 # the word after ``for`` in a schedule block -> the target kinds the block serves
-TARGETS = {"cpu": ("c",), "c": ("c",), "cuda": ("cuda",), "opencl": ("opencl",)}
+# (``gpu`` serves both GPU languages: a schedule of thread bindings, shared memory and
+# barriers means the same in CUDA and OpenCL)
+TARGETS = {"cpu": ("c",), "c": ("c",), "cuda": ("cuda",), "opencl": ("opencl",),
+           "gpu": ("cuda", "opencl")}
 
 
 def block_serves(block_target: str, kind: str) -> bool:
