@@ -18,7 +18,7 @@ CUDA_RESERVED = frozenset("""
 """.split())
 
 # helpers run on the device and, for size arithmetic, in the host launcher of the same file
-HELPER_QUALIFIER = "static __host__ __device__ inline"
+HELPER_QUALIFIER = "__host__ __device__ inline"   # not static: nvcc warns of unused statics
 
 
 class CudaPrinter(DeviceKernelPrinter):

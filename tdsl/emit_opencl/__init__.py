@@ -6,5 +6,6 @@ with cffi, run on any OpenCL driver (PoCL on a CPU, a GPU vendor's ICD).
 """
 from .build import OpenCLSource, build_opencl, emit_opencl
 from .printer import OpenCLPrinter
+from .probe import unavailable_reason
 
-__all__ = ["OpenCLPrinter", "OpenCLSource", "build_opencl", "emit_opencl"]
+__all__ = ["OpenCLPrinter", "OpenCLSource", "build_opencl", "emit_opencl", "unavailable_reason"]
