@@ -253,6 +253,8 @@ def _arg(node, kind, st, knobs, owner):
             return node.value
         if isinstance(node, ast.Name):        # a bare word: "local" or local alike
             return node.id
+        if isinstance(node, ast.Member):      # a thread axis: threadIdx.x or "threadIdx.x"
+            return f"{node.base}.{node.attr}"
         raise ScheduleError("expected a name or a string here", node.span)
     v = _knob_expr(node, knobs)
     if isinstance(v, (Knob, KnobExpr)):

@@ -9,8 +9,9 @@ After:
   buffer written since the last barrier (read after write), or writes one read or written
   since then (write after read/write). It goes at the outermost statement of the sequence
   that touches the buffer, never inside a loop that only reads;
-- a serial loop whose body writes a shared buffer and also reads shared buffers ends its
-  body with a barrier (the next iteration's writes must wait for this one's reads);
+- a serial loop ends its body with a barrier when the next iteration could otherwise
+  write a shared buffer this one read since the last barrier, or read one it wrote (a
+  cooperative load's own loop, which only writes, needs none);
 - every thread reaches every barrier: a guard (``If``) around statements holding a
   barrier is pushed below it, onto the statements that compute (``if c {A; sync; B}``
   becomes ``if c {A}; sync; if c {B}``). Statements that write shared memory lose such a
@@ -79,7 +80,8 @@ def _sync(s: Stmt, st: _State) -> tuple[Stmt, _State]:
         return s, st
     if isinstance(s, For):
         body, end = _sync(s.body, _State())
-        if writes and (end.read | end.written):
+        # carried: the next iteration writes what this one read, or reads what it wrote
+        if writes & end.read or reads & end.written:
             body = Seq((body, Barrier()))
             return dataclasses.replace(s, body=body), _State()
         return dataclasses.replace(s, body=body), st.union(end)
