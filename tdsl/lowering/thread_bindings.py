@@ -6,6 +6,8 @@ On a GPU target (CUDA, OpenCL), after the directives are applied:
   be one index read twice, silently computing a diagonal);
 - the threads of one stage fit one block: the product of its constant ``threadIdx`` extents
   is at most the target's ``max_threads``;
+- a stage in shared memory is computed at a consumer's loop (shared memory lives in
+  one block; at the root it would have to span them all);
 - no stage computed at the root is left as an unbound loop over its whole tensor (it would
   run on one thread of one block); stages computed at a consumer's loop run on the
   consumer's threads and need no binding of their own.
@@ -60,6 +62,13 @@ def check(g: StageGraph, directives, target) -> None:
                                 f"{threads} threads, more than the {target.max_threads} "
                                 f"target '{target}' allows", d.span if d else None,
                                 hint="split by smaller factors before binding")
+        if st.attach == ("root",) and st.scope == "shared":
+            d = next((d for d in directives if isinstance(d, (S.CacheRead, S.CacheWrite))
+                      and d.name == name), None)
+            raise ScheduleError(f"{name} is in shared memory but computed at the root: "
+                                f"shared memory lives in one block", getattr(d, "span", None),
+                                hint=f"compute it at a loop of its reader (compute_at), "
+                                     f"inside the loops bound to blockIdx")
         if st.attach == ("root",) and st.data and not bound:
             d = next((d for d in directives if getattr(d, "stage", None) == name),
                      directives[0] if directives else None)

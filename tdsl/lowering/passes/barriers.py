@@ -31,9 +31,8 @@ from ..loop_ir import (Allocate, Barrier, For, ForKind, If, LetStmt, LoweredFunc
 
 
 def run(func: LoweredFunc) -> LoweredFunc:
-    body, _ = _sync(func.body, _State())
-    body = _lift_guards(body)
-    return dataclasses.replace(func, body=body)
+    items, _ = _block(_as_list(func.body), _State())
+    return dataclasses.replace(func, body=_lift_guards(_wrap(items)))
 
 
 class _State:
@@ -55,40 +54,57 @@ def _shared(s: Stmt) -> tuple[set, set]:
 
 
 def _transparent(s: Stmt) -> bool:
-    return isinstance(s, (Seq, Allocate, LetStmt)) or \
+    return isinstance(s, (Allocate, LetStmt)) or \
         (isinstance(s, For) and s.kind is ForKind.THREAD_BINDING)
 
 
-def _sync(s: Stmt, st: _State) -> tuple[Stmt, _State]:
-    """``s`` with barriers, and the state after it."""
-    if isinstance(s, Seq):
-        out = []
-        for child in s.stmts:
-            if not _transparent(child):
-                reads, writes = _shared(child)
-                if st.hazard(reads, writes):
-                    out.append(Barrier())
-                    st = _State()
-            child, st = _sync(child, st)
-            out.append(child)
-        return Seq(tuple(out)), st
-    if _transparent(s):
-        body, st = _sync(s.body, st)
-        return dataclasses.replace(s, body=body), st
-    reads, writes = _shared(s)
+def _as_list(s: Stmt) -> list[Stmt]:
+    return list(s.stmts) if isinstance(s, Seq) else [s]
+
+
+def _wrap(items: list[Stmt]) -> Stmt:
+    return items[0] if len(items) == 1 else Seq(tuple(items))
+
+
+def _block(stmts, st: _State) -> tuple[list[Stmt], _State]:
+    """Statements run in order, with barriers; the state after them. A barrier needed at
+    the start of a transparent statement (an allocation, a thread index) goes before it."""
+    out = []
+    for s in stmts:
+        if isinstance(s, Seq):
+            items, st = _block(s.stmts, st)
+            out += items
+        elif _transparent(s):
+            items, st = _block(_as_list(s.body), st)
+            if isinstance(items[0], Barrier) and len(items) > 1:
+                out.append(items.pop(0))
+            out.append(dataclasses.replace(s, body=_wrap(items)))
+        else:
+            reads, writes = _shared(s)
+            if st.hazard(reads, writes):
+                out.append(Barrier())
+                st = _State()
+            s, st = _sync(s, st, reads, writes)
+            out.append(s)
+    return out, st
+
+
+def _sync(s: Stmt, st: _State, reads: set, writes: set) -> tuple[Stmt, _State]:
+    """A loop, a condition or a leaf, after the barrier before it is decided."""
     if not reads and not writes:
         return s, st
     if isinstance(s, For):
-        body, end = _sync(s.body, _State())
+        items, end = _block(_as_list(s.body), _State())
         # carried: the next iteration writes what this one read, or reads what it wrote
         if writes & end.read or reads & end.written:
-            body = Seq((body, Barrier()))
-            return dataclasses.replace(s, body=body), _State()
-        return dataclasses.replace(s, body=body), st.union(end)
+            return dataclasses.replace(s, body=_wrap(items + [Barrier()])), _State()
+        return dataclasses.replace(s, body=_wrap(items)), st.union(end)
     if isinstance(s, If):
-        then, a = _sync(s.then, _State())
-        orelse, b = (None, _State()) if s.orelse is None else _sync(s.orelse, _State())
-        return dataclasses.replace(s, then=then, orelse=orelse), st.union(a).union(b)
+        then, a = _block(_as_list(s.then), _State())
+        orelse, b = ([], _State()) if s.orelse is None else \
+            _block(_as_list(s.orelse), _State())
+        return (dataclasses.replace(s, then=_wrap(then), orelse=_wrap(orelse) if orelse
+                                    else None), st.union(a).union(b))
     return s, st.union(_State(reads, writes))
 
 
