@@ -23,6 +23,7 @@ import warnings
 import numpy as np
 
 import tdsl
+from tdsl.emit_c.peak import measure_peak_gflops
 from tdsl.tuner.log import Workload
 from tdsl.tuner.task import Task
 from tdsl.tuner.tune import tune
@@ -172,9 +173,10 @@ def main(argv):
     target = tdsl.Target(args.target)
     if target.unrunnable_reason():
         p.error(target.unrunnable_reason())
-    peak = target.peak_gflops()
+    peak = measure_peak_gflops(target)
     print(f"target: {target}: {target.lanes} lanes, {target.registers} registers; "
-          f"fp32 FMA peak {peak:.0f} GFLOP/s (`tdsl target` says how)")
+          f"fp32 FMA peak measured now {peak:.0f} GFLOP/s (formula: "
+          f"{target.peak_gflops():.0f}; `tdsl target --measure`)")
     print(f"{'case':28} {'tdsl ms':>9} {'numpy ms':>9} {'torch ms':>9} "
           f"{'vs numpy':>9} {'vs torch':>9} {'tdsl rate':>12}")
     for name, work, op, arrays, attrs, np_fn, torch_fn in cases():

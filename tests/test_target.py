@@ -55,6 +55,11 @@ def test_tdsl_target_prints_the_host(capsys):
     assert main(["target", "c -march=nope"]) == 1
 
 
+def test_the_measured_peak_is_a_positive_rate():
+    from tdsl.emit_c.peak import measure_peak_gflops
+    assert measure_peak_gflops(HOST, seconds=0.05) > 0.5
+
+
 def test_schedule_blocks_read_the_target():
     mod = tdsl.loads("""
 op scale(X: f32[N]) -> Y: f32[N] { Y[i] = 2.0 * X[i] }
