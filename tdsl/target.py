@@ -215,6 +215,8 @@ def _resolve_c(options: dict) -> Target:
     if unknown:
         raise TargetError(f"unknown option -{sorted(unknown)[0]} for target kind c",
                           hint="options: " + ", ".join(f"-{o}" for o in sorted(_C_OPTIONS)))
+    if options.get("march") == "native":       # the default, named: the same target as "c"
+        del options["march"]
     isa_flags = tuple(f"-{k}={options[k]}" for k in ("march", "mcpu", "mtune") if k in options)
     if not any(f.startswith(("-march", "-mcpu")) for f in isa_flags):
         isa_flags = ("-march=native",) + isa_flags

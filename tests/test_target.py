@@ -132,6 +132,25 @@ def test_a_cross_build_compiles_and_is_refused_when_called():
         kernel(np.ones((8, 8), np.float32), np.ones((8, 8), np.float32))
 
 
+def test_a_tuning_record_applies_to_its_target_only(tmp_path):
+    import json
+    from tdsl.tuner.log import Workload, make_record
+    op, shapes = tdsl.stdlib["matmul"], {"M": 64, "N": 64, "K": 64}
+    v3 = "c -march=x86-64-v3"
+    config = {"ti": 4, "tj": 2 * Target(v3).lanes, "order": "ji", "ku": 1, "fused": False}
+    record = make_record(Workload.make("std", "matmul", shapes, {}, str(Target(v3))), config,
+                         "ok", 1e-3, 1.0)
+    log = tmp_path / "tune.jsonl"
+    log.write_text(json.dumps(record) + "\n")
+    assert op.tuned_config(log, shapes, target=v3) == config
+    with pytest.warns(UserWarning, match="no successful record"):
+        assert op.tuned_config(log, shapes, target="c") is None
+
+
+def test_native_named_is_the_host():
+    assert Target("c -march=native") == HOST and str(Target("c -march=native")) == "c"
+
+
 def test_kernels_and_cache_entries_differ_by_target():
     if not X86_LEVELS:
         pytest.skip("needs an x86-64 host")
