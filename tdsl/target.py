@@ -88,14 +88,6 @@ class Target(metaclass=_ParsedFromString):
     def __str__(self) -> str:
         return " ".join([self.kind, *(f"-{k}={v}" for k, v in self.options)])
 
-    def option(self, name: str, default: str | None = None) -> str | None:
-        return dict(self.options).get(name, default)
-
-    @property
-    def is_host(self) -> bool:
-        """Whether code for this target runs in this process (vs a cross build)."""
-        return self.kind == "c" and self.arch == host_arch()
-
     def constants(self) -> dict[str, int]:
         """What schedule blocks may name: ``lanes``, ``registers``, ``l1``, ``l2`` (and on
         GPUs ``warp``, ``max_threads``, ``shared_bytes``)."""
