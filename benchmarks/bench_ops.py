@@ -102,6 +102,10 @@ def cases():
            lambda: np.maximum(x @ w.T + bias, 0),
            (lambda tx=_t(x), tw=_t(w), tb=_t(bias): torch.relu(torch.addmm(tb, tx, tw.T)))
            if torch else None)
+    yield ("dense 1024 (std)", 2 * n ** 3, std["dense"], (x, w, bias), {},
+           lambda: x @ w.T + bias,
+           (lambda tx=_t(x), tw=_t(w), tb=_t(bias): torch.addmm(tb, tx, tw.T))
+           if torch else None)
     for c, hw in ((64, 56), (128, 28), (256, 14)):
         x, w = rand(1, c, hw, hw), rand(c, c, 3, 3)
         yield (f"conv2d {c}x{hw}x{hw}->{c}", 2 * c * c * 9 * hw * hw, std["conv2d"], (x, w),
@@ -163,6 +167,9 @@ def main(argv):
     p.add_argument("--log", help="build with the best configurations of this tuning log")
     p.add_argument("--tune", type=int, metavar="TRIALS",
                    help="first tune each standard-library case for TRIALS trials into --log")
+    p.add_argument("--target", default="c",
+                   help="what tdsl builds for (any target this host runs), e.g. "
+                        "'c -march=x86-64-v3'; numpy and PyTorch run natively")
     args = p.parse_args(argv)
     if args.tune and not args.log:
         p.error("--tune needs --log")
@@ -174,11 +181,11 @@ def main(argv):
         # specialised to the sizes, as an ahead-of-time compiler for a fixed workload is
         shapes = op.sizes_of(*arrays, **attrs)
         std = op.module.name == "std"
-        if args.tune and std and op.schedule(shapes=shapes, **attrs).knobs:
+        if args.tune and std and op.schedule(shapes=shapes, target=args.target, **attrs).knobs:
             tune_case(op, shapes, attrs, args.tune, args.log)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")         # no record: the defaults, as without a log
-            kernel = op.build(target="c", shapes=shapes,
+            kernel = op.build(target=args.target, shapes=shapes,
                               tuning_log=args.log if std else None, **attrs)
         out = kernel(*arrays)
         ref = op.reference(*arrays, **attrs) if arrays[0].size <= (1 << 22) else None

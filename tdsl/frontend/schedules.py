@@ -48,6 +48,7 @@ _SIGNATURES = {
     "bind": (0, ("axis", "str")),
     "storage_align": (0, ("axis", "int", "int")),
     "tensorize": (0, ("axis", "str")),
+    "pack": (2, ("axis", "int")),
 }
 
 
@@ -194,6 +195,10 @@ def _apply_call(sched: Schedule, st: ast.SchedCall, knobs, owner, intrinsics) ->
         (stage, axis), factor = vals
         _own(owner, stage, names)
         return sched.split(stage, axis, factor, names[0], names[1], span=span)
+    if f == "pack":
+        (stage, axis), factor = vals
+        _own(owner, stage, names)
+        return sched.pack(stage, axis, factor, names[0], names[1], span=span)
     if f == "tile":
         (stage, x), (stage2, y), fx, fy = vals
         _same_stage(stage, stage2, st)
