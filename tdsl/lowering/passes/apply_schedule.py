@@ -282,7 +282,7 @@ def _cache_write(g: StageGraph, d: S.CacheWrite) -> None:
     if d.name in g.stages or d.name in g.inputs:
         _fail(st, what, f"there is already a tensor named {d.name}", d.span)
     cache = dataclasses.replace(st, name=d.name, is_output=False, attach=("root",),
-                                scope=d.scope, align={}, extents=dict(st.extents),
+                                scope=d.scope, align={}, pad={}, extents=dict(st.extents),
                                 kind=dict(st.kind), leaves=list(st.leaves), relations=[],
                                 annotations={}, data=list(st.data), reduce=list(st.reduce))
     g.stages[d.name] = cache
@@ -339,4 +339,5 @@ _HANDLERS = {
     S.Parallel: _annotate(ForKind.PARALLEL, "parallel"),
     S.Bind: _annotate(ForKind.THREAD_BINDING, "bind"),
     S.StorageAlign: _storage_align, S.Tensorize: _tensorize, S.Pack: layout.pack,
+    S.Pad: layout.pad,
 }

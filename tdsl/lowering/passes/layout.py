@@ -1,5 +1,9 @@
 """Layout directives: where a stage's values are stored, apart from the loops that compute them.
 
+``pad(P.i, m)`` (Halide's ``bound``/``align_bounds`` on a Func) only marks the dimension:
+loop-nest construction computes and stores P over the region its readers read, not clipped
+to P's shape, rounded up to a multiple of ``m`` (see `build_nests.Builder.infer_region`).
+
 ``pack(P.i, f)`` (TensorIR's ``transform_layout(P, lambda .., i, ..: (.., i // f, .., i %
 f))``, Halide's storage scheduling) gives P a blocked layout: the element ``P[.., i, ..]``
 is stored at ``P'[.., i // f, .., i % f]``. It is a change of P's *domain*, made before any
@@ -31,7 +35,7 @@ def pack(g: StageGraph, d: S.Pack) -> None:
     if d.axis not in dims:
         fail(st, what, f"{d.axis} is not a dimension of {st.name} (dimensions: "
              f"{', '.join(dims) or 'none'})", d.span)
-    if st.relations or st.annotations or st.tensorize or st.align \
+    if st.relations or st.annotations or st.tensorize or st.align or st.pad \
             or st.leaves != [iv.var.name for iv in st.data + st.reduce]:
         fail(st, what, f"a layout must be given before the other directives on {st.name} "
              "(its loops follow the layout)", d.span)
@@ -45,6 +49,23 @@ def pack(g: StageGraph, d: S.Pack) -> None:
             fail(st, what, f"its reader {r} is tensorized, and a micro-kernel reads the "
                  "layout it was written for", d.span)
     _repack(g, st, dims.index(d.axis), f, d.outer, d.inner)
+
+
+def pad(g: StageGraph, d: S.Pad) -> None:
+    st = live_stage(g, d.stage, d.span)
+    what = f"pad {d.axis}"
+    dims = [iv.var.name for iv in st.data]
+    if st.is_output:
+        fail(st, what, f"{st.name} is an output: its extent is the caller's array (cache_write "
+             f"it first, and pad the cache stage)", d.span)
+    if d.axis not in dims:
+        fail(st, what, f"{d.axis} is not a dimension of {st.name} (dimensions: "
+             f"{', '.join(dims) or 'none'})", d.span)
+    m = int_arg(d.multiple, st, what, "multiple", d.span)
+    dim = dims.index(d.axis)
+    if st.pad.get(dim, m) != m:
+        fail(st, what, f"{d.axis} is already padded to a multiple of {st.pad[dim]}", d.span)
+    st.pad[dim] = m
 
 
 def _repack(g: StageGraph, st: StageState, dim: int, f: int, outer: str, inner: str) -> None:
