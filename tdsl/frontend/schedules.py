@@ -49,6 +49,8 @@ _SIGNATURES = {
     "bind": (0, ("axis", "str")),
     "storage_align": (0, ("axis", "int", "int")),
     "tensorize": (0, ("axis", "str")),
+    "pack": (2, ("axis", "int")),
+    "pad": (0, ("axis", "int")),
 }
 
 
@@ -182,6 +184,8 @@ def _apply_call(sched: Schedule, st: ast.SchedCall, knobs, owner, intrinsics) ->
         args = args[:fixed] + [rest]
     elif st.func == "storage_align" and len(args) == 2:
         args.append(ast.Number("0", st.span))
+    elif st.func == "pad" and len(args) == 1:
+        args.append(ast.Number("1", st.span))
     if len(args) != len(kinds):
         raise _arity(st, str(len(kinds)))
     if st.targets and len(st.targets) != n_names:
@@ -195,6 +199,13 @@ def _apply_call(sched: Schedule, st: ast.SchedCall, knobs, owner, intrinsics) ->
         (stage, axis), factor = vals
         _own(owner, stage, names)
         return sched.split(stage, axis, factor, names[0], names[1], span=span)
+    if f == "pack":
+        (stage, axis), factor = vals
+        _own(owner, stage, names)
+        return sched.pack(stage, axis, factor, names[0], names[1], span=span)
+    if f == "pad":
+        (stage, axis), multiple = vals
+        return sched.pad(stage, axis, multiple, span=span)
     if f == "tile":
         (stage, x), (stage2, y), fx, fy = vals
         _same_stage(stage, stage2, st)
