@@ -25,6 +25,7 @@ from ..errors import BuildError, CallError
 from ..lowering import te
 from ..lowering.dtypes import to_c, to_numpy
 from ..lowering.loop_ir import Buffer, LoweredFunc
+from ..lowering.read_regions import check_reads
 from ..lowering.te_printer import format_expr
 from .build import HOST_FLAGS, BuildCache, BuildResult
 from .c import CModule, HostC
@@ -83,6 +84,7 @@ class Kernel:
             if len(self._bound) >= 64:      # a kernel called at ever new shapes
                 self._bound.clear()
             sizes = self._bind_sizes(inputs)
+            check_reads(self.func.attrs.get("reads", ()), {v.name: n for v, n in sizes.items()})
             self._bound[key] = ([sizes[v] for v in self._free_sizes],
                                 [self._output_shape(b, sizes) for b in self._outputs])
         free_sizes, shapes = self._bound[key]

@@ -29,6 +29,7 @@ from .loop_ir import (AddressOf, Allocate, Barrier, Broadcast, BufferLoad, Call,
                       If, LetStmt, LoweredFunc, Ramp, Seq, Store, split_dtype)
 from .lower import lower
 from .passes.flatten import alloc_size, strides_of
+from .read_regions import check_reads
 from .schedule import Schedule
 from .simplify import linear
 
@@ -83,6 +84,7 @@ class _Interp:
                 raise CallError(f"{f.name}: {buf.name} must be {buf.dtype}, got {arr.dtype}")
             for dim, n in zip(buf.shape, arr.shape):
                 self.solve(dim, int(n))
+        check_reads(f.attrs.get("reads", ()), self.env)
         outs = []
         for k, buf in enumerate(f.params):
             shape, _, size = self.describe(buf)

@@ -7,7 +7,8 @@ exactly right, then fast:
   caller can make is a `CallError` naming the parameter (never an IndexError or KeyError);
 - every value has the dtype the IR gives it: f32 math stays f32, integer arithmetic wraps
   modulo 2**bits (numpy's behaviour), ``//`` and ``%`` floor, index arithmetic is int64;
-- a read outside a tensor is a `TdslError`, except in the untaken branch of a ``select`` (and
+- a read outside a tensor is a `CallError` (compiled kernels raise the same, see
+  `read_regions`), except in the untaken branch of a ``select`` (and
   the short-circuited operand of ``and``/``or``), which has no effect;
 - evaluation is vectorised: see `reference_eval` for the grid layout, the einsum path for
   sums of products, and chunking; `reference_views` for strided views and checked gathers.
@@ -34,7 +35,7 @@ def evaluate(fn: te.Function, arrays: Sequence, shape_env: dict[str, int] | None
 
     Rank-0 inputs take Python numbers or 0-d arrays; other inputs take numpy arrays of exactly
     the parameter's dtype. ``shape_env`` may fix shape variables that the arguments' shapes do
-    not determine. Raises `CallError` for bad arguments and `TdslError` for an out-of-bounds
+    not determine. Raises `CallError` for bad arguments and for an out-of-bounds
     read. The outputs are new arrays (never views of the arguments).
     """
     # Overflow, division by zero and NaN are the IR's semantics here, not mistakes to warn
