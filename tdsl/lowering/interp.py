@@ -26,7 +26,7 @@ from ..errors import CallError
 from . import te
 from .dtypes import INDEX, from_numpy, is_float, to_numpy
 from .loop_ir import (AddressOf, Allocate, Barrier, Broadcast, BufferLoad, Call, Evaluate, For,
-                      If, LetStmt, LoweredFunc, Ramp, Seq, Store, split_dtype)
+                      If, LetStmt, LoweredFunc, Ramp, ReadFault, Seq, Store, split_dtype)
 from .lower import lower
 from .passes.flatten import alloc_size, strides_of
 from .read_regions import check_reads
@@ -241,6 +241,8 @@ class _Interp:
                     out[vec_mask] = arr[off[vec_mask]]
                     return out
                 return arr[off]
+            case ReadFault(fault):
+                raise CallError(self.func.attrs["read_faults"][fault])
             case Ramp(base, stride, lanes):
                 return self.index(base) + self.index(stride) * np.arange(lanes, dtype=np.int64)
             case Broadcast(value, lanes, dt):
