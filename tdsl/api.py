@@ -136,8 +136,26 @@ class Op:
 
     def _resolve_schedule(self, schedule, target, ranks, shapes, attrs) -> Schedule:
         if isinstance(schedule, Schedule):
+            self._check_owns(schedule, attrs)
             return schedule
         return self.schedule(schedule, target, ranks, shapes, **attrs)
+
+    def _check_owns(self, schedule: Schedule, attrs: dict) -> None:
+        """A `Schedule` is made for one function: this op, at some attributes and ranks.
+        Lowering follows the schedule's function, so one made for another op (or other
+        attributes) would build that instead, silently."""
+        fn = schedule.fn
+        attrs = attrs or dict(fn.attrs)
+        try:
+            mine = self.function([t.ndim for t in fn.inputs], **attrs)
+        except CallError:
+            mine = None
+        if mine is None or fn.name != self.name or str(mine) != str(fn):
+            given = ", ".join(f"{k}={v}" for k, v in attrs.items())
+            raise ScheduleError(f"this schedule was made for op {fn.name}"
+                                f"{'' if fn.name != self.name else ' with other attributes'}"
+                                f", not for {self.name}{f' with {given}' if given else ''}",
+                                hint=f"make it from this op: {self.name}.schedule(...)")
 
     def sizes_of(self, *arrays, **attrs) -> dict[str, int]:
         """The sizes these arguments bind, e.g. ``{"M": 64, "K": 32, "N": 16}``, to build

@@ -29,6 +29,7 @@ from ..lowering.read_regions import check_reads
 from ..lowering.te_printer import format_expr
 from .build import HOST_FLAGS, BuildCache, BuildResult
 from .c import CModule, HostC
+from .expressions import FIRST_READ_FAULT
 from .printer import fixed_shapes
 
 
@@ -96,10 +97,13 @@ class Kernel:
             else:
                 args.append(value)
         args += free_sizes
-        fn, name = self._fn, self.func.name
+        fn, name, faults = self._fn, self.func.name, self.func.attrs.get("read_faults", ())
 
         def run():
-            if fn(*args) != 0:
+            status = fn(*args)
+            if status >= FIRST_READ_FAULT:
+                raise CallError(faults[status - FIRST_READ_FAULT])
+            if status != 0:
                 raise MemoryError(f"{name}: the kernel could not allocate its workspace")
         return run, outputs
 
@@ -196,8 +200,8 @@ def evaluate(e: te.Expr, sizes: dict[te.Var, int]) -> int:
             x, y = evaluate(a, sizes), evaluate(b, sizes)
             if op in ("+", "-", "*"):
                 return x + y if op == "+" else x - y if op == "-" else x * y
-            if y == 0:
-                return 0          # what the generated C computes for a division by zero
+            if y == 0:          # the reference's error (C's division by zero is undefined)
+                raise CallError(f"the size {format_expr(e)} divides by zero")
             return x % y if op == "%" else x // y
         case te.Intrinsic("min" | "max" as name, (a, b)):
             return (min if name == "min" else max)(evaluate(a, sizes), evaluate(b, sizes))

@@ -22,6 +22,7 @@ from .read_regions import reads
 from .passes import (apply_schedule, bounds_check, build_nests, flatten, partition, simplify,
                      unroll, vectorize, verify as verify_pass)
 from .schedule import Schedule
+from .validate import check_sizes
 
 PIPELINE = [
     ("simplify", simplify.run),          # fold the index arithmetic of the splits and fuses
@@ -42,6 +43,7 @@ def lower(fn: te.Function, schedule: Schedule | None = None, config: dict | None
     """Lower ``fn`` under ``schedule`` (`default_schedule` when None; ``Schedule(fn)`` is the
     naive nest) with the tuner ``config`` for its knobs (defaults when None). ``shapes``
     binds shape variables to constants; the others stay symbolic in ``shape_vars``."""
+    check_sizes(fn)
     if schedule is None:
         schedule = default_schedule(fn, shapes)
     verify = verify or os.environ.get("TDSL_VERIFY") == "1"

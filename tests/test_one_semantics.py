@@ -1,0 +1,45 @@
+"""Builds and calls that the reference refuses are refused by kernels too, at build time
+where the mistake is already visible then (issue 9): a schedule applied to another op,
+attributes that make a size undefined."""
+import shutil
+
+import numpy as np
+import pytest
+
+import tdsl
+from tdsl.errors import CallError, ScheduleError
+
+needs_gcc = pytest.mark.skipif(shutil.which("gcc") is None, reason="gcc is not installed")
+
+TWO_OPS = """
+op negate(X: f32[N]) -> Y: f32[N] { Y[i] = -X[i] }
+op double(X: f32[N]) -> Y: f32[N] { Y[i] = X[i] * 2.0 }
+"""
+
+
+def test_a_schedule_belongs_to_its_op():
+    m = tdsl.loads(TWO_OPS)
+    with pytest.raises(ScheduleError, match="made for op double, not for negate"):
+        m["negate"].lower(schedule=m["double"].schedule())
+
+
+def test_a_schedule_belongs_to_its_attributes():
+    op = tdsl.stdlib["max_pool2d"]
+    s = op.schedule(kernel=2, stride=2)
+    op.lower(schedule=s)                         # the schedule's own attributes
+    op.lower(schedule=s, kernel=2, stride=2)
+    with pytest.raises(ScheduleError, match="other attributes"):
+        op.lower(schedule=s, kernel=2, stride=1)
+
+
+@pytest.mark.parametrize("name, attrs, shape", [
+    ("max_pool2d", {"kernel": 2, "stride": 0}, (1, 1, 4, 4)),
+    ("conv2d", {"stride": 0}, None)])
+def test_stride_zero_is_refused_at_build_with_the_reference_error(name, attrs, shape):
+    op = tdsl.stdlib[name]
+    args = [np.ones(shape, np.float32)] if shape else \
+        [np.ones((1, 2, 5, 5), np.float32), np.ones((3, 2, 3, 3), np.float32)]
+    with pytest.raises(CallError, match="divides by zero"):
+        op.reference(*args, **attrs)
+    with pytest.raises(CallError, match="divides by zero"):
+        op.lower(**attrs)
