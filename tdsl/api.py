@@ -25,7 +25,7 @@ from .lowering.lower import lower
 from .lowering.reference import evaluate
 from .lowering.schedule import Schedule
 from .target import Target, as_target
-from .tuner.log import Workload, best_record, read_log
+from .tuner.log import Workload, best_record, read_log, records_for
 
 # target kind -> the function that builds a lowered function into a callable kernel
 BACKENDS = {"c": build_kernel}
@@ -137,7 +137,16 @@ class Op:
         name = schedule if isinstance(schedule, str) else None
         workload = Workload.make(self.module.name, self.name, shapes or {}, attrs,
                                  str(as_target(target)), name)
-        best = best_record(read_log(tuning_log), workload)
+        records = read_log(tuning_log)
+        # a record made before a knob was renamed or dropped cannot configure this schedule
+        knobs = set(self._resolve_schedule(schedule, target, None, shapes, attrs)
+                    .default_config())
+        stale = [r for r in records if not set(r["config"]) <= knobs]
+        if records_for(stale, workload):
+            warnings.warn(f"{tuning_log}: skipped {len(records_for(stale, workload))} "
+                          f"record(s) of {workload} whose knobs are not this schedule's "
+                          f"({', '.join(sorted(knobs)) or 'none'})", stacklevel=3)
+        best = best_record([r for r in records if r not in stale], workload)
         if best is None:
             warnings.warn(f"{tuning_log} has no successful record for {workload} on this "
                           f"machine: building with the schedule's default knobs", stacklevel=3)
