@@ -43,3 +43,20 @@ def test_stride_zero_is_refused_at_build_with_the_reference_error(name, attrs, s
         op.reference(*args, **attrs)
     with pytest.raises(CallError, match="divides by zero"):
         op.lower(**attrs)
+
+
+BOOLS = """
+op to_int(M: bool[N]) -> Y: i32[N] { Y[i] = i32(M[i]) }
+op same(M: bool[N], Q: bool[N]) -> Y: bool[N] { Y[i] = M[i] == Q[i] }
+"""
+
+
+@needs_gcc
+def test_bool_bytes_other_than_0_and_1_mean_true_everywhere():
+    m = tdsl.loads(BOOLS)
+    raw = np.array([0, 1, 2, 255, 2, 0, 128, 1] * 4, np.uint8)
+    mask, truth = raw.view(np.bool_), raw != 0
+    for name, args, want in [("to_int", (mask,), truth.astype(np.int32)),
+                             ("same", (mask, np.ones(32, bool)), truth)]:
+        np.testing.assert_array_equal(m[name].reference(*args), want)
+        np.testing.assert_array_equal(m[name].build()(*args), want)

@@ -23,7 +23,7 @@ from cffi import FFI
 
 from ..errors import BuildError, CallError
 from ..lowering import te
-from ..lowering.dtypes import to_c, to_numpy
+from ..lowering.dtypes import canonical_bools, to_c, to_numpy
 from ..lowering.loop_ir import Buffer, LoweredFunc
 from ..lowering.read_regions import check_reads
 from ..lowering.te_printer import format_expr
@@ -94,7 +94,8 @@ class Kernel:
             if len(self._bound) >= 64:      # a kernel called at ever new shapes
                 self._bound.clear()
             sizes = self._bind_sizes(inputs)
-            check_reads(self.func.attrs.get("reads", ()), {v.name: n for v, n in sizes.items()})
+            check_reads(self.func.attrs.get("reads", ()),
+                        {v.name: n for v, n in sizes.items()})
             self._bound[key] = ([sizes[v] for v in self._free_sizes],
                                 [self._output_shape(b, sizes) for b in self._outputs])
         free_sizes, shapes = self._bound[key]
@@ -256,7 +257,8 @@ def _check_input(buf: Buffer, value):
         raise CallError(f"argument {buf.name} has rank {value.ndim} (shape {value.shape}), "
                         f"expected rank {len(buf.shape)}: {_describe(buf)}")
     if not buf.shape:
-        return value.item()
+        return bool(value.view(np.uint8)) if buf.dtype == "bool" else value.item()
+    value = canonical_bools(value)
     if value.flags.c_contiguous and value.flags.aligned:
         return value
     return np.ascontiguousarray(value)        # a copy: the kernel indexes dense memory

@@ -22,7 +22,7 @@ import numpy as np
 
 from ..errors import CallError
 from . import te
-from .dtypes import is_float, is_int, to_numpy
+from .dtypes import canonical_bools, is_float, is_int, to_numpy
 from .reference_eval import Evaluator, reduce_depth
 from .reference_views import Axis, NotAnIndex, UnboundVar, affine, eval_index
 
@@ -123,7 +123,7 @@ def _convert(value, t: te.Tensor, arg: str) -> np.ndarray:
         if arr.dtype != want:
             raise CallError(f"{arg}: dtype is {arr.dtype} but the parameter is {_type_of(t)}",
                             hint=f"convert it with .astype(np.{want.name})")
-        return arr
+        return canonical_bools(arr)
     if t.ndim:
         raise CallError(f"{arg}: expected a numpy array ({_type_of(t)}), got "
                         f"{type(value).__name__}", hint="wrap it with np.asarray(..., dtype)")
