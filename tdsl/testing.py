@@ -170,18 +170,19 @@ def cases(draw, op, attrs: dict | None = None, max_size: int = 9, schedules_too=
     return Case(ranks, sizes, arrays, sched, steps)
 
 
-def check_case(op, case: Case, attrs: dict | None = None, rtol=1e-4, atol=1e-4,
+def check_case(op, case: Case, attrs: dict | None = None, rtol=1e-4, atol=1e-4, target="c",
                sanitize: bool = False):
-    """Build ``op`` with the case's schedule, run it, compare with the reference.
-    ``sanitize`` runs the kernel built under the address and undefined-behaviour sanitizers
-    (in a child process; see `emit_c.sanitized`) instead of the release build."""
+    """Build ``op`` for ``target`` with the case's schedule, run it, compare with the
+    reference. ``sanitize`` runs the kernel built under the address and undefined-behaviour
+    sanitizers (in a child process; see `emit_c.sanitized`) instead of the release build."""
     attrs = dict(attrs or {})
-    schedule = case.schedule or op.schedule(ranks=case.ranks, **attrs)
+    schedule = case.schedule or op.schedule(target=target, ranks=case.ranks, **attrs)
     try:
-        func = lower(schedule.fn, schedule)
+        func = lower(schedule.fn, schedule, target=target)
     except ScheduleError:
         assume(False)           # an illegal combination: not a failure of the op
-    got = run_sanitized(func, case.arrays) if sanitize else build_kernel(func)(*case.arrays)
+    got = run_sanitized(func, case.arrays, target) if sanitize else \
+        build_kernel(func, target=target)(*case.arrays)
     want = op.reference(*case.arrays, **attrs)
     got, want = (got, want) if isinstance(got, tuple) else ((got,), (want,))
     for g, w in zip(got, want):

@@ -60,3 +60,45 @@ def test_bool_bytes_other_than_0_and_1_mean_true_everywhere():
                              ("same", (mask, np.ones(32, bool)), truth)]:
         np.testing.assert_array_equal(m[name].reference(*args), want)
         np.testing.assert_array_equal(m[name].build()(*args), want)
+
+
+SUBTRACTED = """
+op conv1d_valid(X: f32[N], Wt: f32[K]) -> Y: f32[N - K + 1] {
+    Y[i] = sum[k](X[i + k] * Wt[k])
+}
+op halves(X: f32[N]) -> (Lo: f32[N // 2], Hi: f32[N - N // 2]) {
+    Lo[i] = X[i]
+    Hi[i] = X[N // 2 + i]
+}
+"""
+
+
+@needs_gcc
+def test_one_size_binder_for_subtracted_and_halved_sizes():
+    """The docs' examples: random inputs (tdsl run/test/tune), kernels, the interpreter and
+    the reference all bind N - K + 1 and N - N // 2 (three binders used to disagree)."""
+    from tdsl.arrays import random_arguments
+    from tdsl.lowering import interp
+    m = tdsl.loads(SUBTRACTED)
+    for name, sizes in [("conv1d_valid", {"N": 9, "K": 3}), ("halves", {"N": 7})]:
+        op = m[name]
+        args = random_arguments(op, sizes, {})
+        want = op.reference(*args)
+        want = want if isinstance(want, tuple) else (want,)
+        got = op.build()(*args)
+        got = got if isinstance(got, tuple) else (got,)
+        for g, w in zip(got, want):
+            np.testing.assert_allclose(g, w, rtol=1e-5)
+        for g, w in zip(interp.run(op.lower(), args), want):
+            np.testing.assert_allclose(g, w, rtol=1e-5)
+
+
+@needs_gcc
+def test_kernel_and_reference_refuse_sizes_with_the_same_words():
+    m = tdsl.loads(SUBTRACTED)
+    bad = (np.ones(4, np.float32), np.ones(6, np.float32))
+    with pytest.raises(CallError) as ref:
+        m["conv1d_valid"].reference(*bad)
+    with pytest.raises(CallError) as got:
+        m["conv1d_valid"].build()(*bad)
+    assert "negative" in str(ref.value) and "negative" in str(got.value)
