@@ -13,12 +13,14 @@ reference raises; see `expressions.FIRST_READ_FAULT`).
 """
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 
 from ..errors import BuildError
 from ..lowering import te
 from ..lowering.loop_ir import Buffer, ForKind, LoweredFunc, split_dtype
 from .helpers import element_size
+from .names import identifier_chars
 from .printer import CFamilyPrinter, indent
 
 INCLUDES = ("stdbool.h", "stddef.h", "stdint.h", "stdlib.h", "string.h", "math.h")
@@ -37,6 +39,17 @@ class CModule:
 
 class HostC(CFamilyPrinter):
     language = "host C"
+
+    def entry_name(self) -> str:
+        """``tdsl_<op>_<digest>``: the library's only exported symbol (helpers are static)
+        must never meet another. An op named after a libc or OpenMP function
+        (``omp_get_thread_num``) took the place of that function inside the kernel (it
+        recursed until the stack ran out), and ``_init``/``_fini`` clash with the C runtime.
+        The digest is of the function and its fixed sizes, so the name is stable."""
+        fixed = ",".join(f"{v.name}={n}" for v, n in sorted(self.fixed.items(),
+                                                             key=lambda kv: kv[0].name))
+        digest = hashlib.sha256(f"{self.func}\n{fixed}".encode()).hexdigest()[:12]
+        return f"tdsl_{identifier_chars(self.func.name)}_{digest}"
 
     def vector_type(self, dtype: str) -> str | None:
         """GNU vector types exist for power-of-two sizes of numeric elements; a bool vector
