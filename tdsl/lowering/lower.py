@@ -11,15 +11,18 @@
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 
 from . import te
 from .default_schedule import default_schedule
 from .loop_ir import LoweredFunc
+from .read_regions import reads
 from .passes import (apply_schedule, bounds_check, build_nests, flatten, partition, simplify,
                      unroll, vectorize, verify as verify_pass)
 from .schedule import Schedule
+from .validate import check_sizes
 
 PIPELINE = [
     ("simplify", simplify.run),          # fold the index arithmetic of the splits and fuses
@@ -41,12 +44,15 @@ def lower(fn: te.Function, schedule: Schedule | None = None, config: dict | None
     naive nest) with the tuner ``config`` for its knobs (defaults when None). ``shapes``
     binds shape variables to constants; the others stay symbolic in ``shape_vars``.
     ``target`` (the host by default) shapes the default schedule."""
+    check_sizes(fn)
     if schedule is None:
         schedule = default_schedule(fn, shapes, target)
     verify = verify or os.environ.get("TDSL_VERIFY") == "1"
     dump = os.environ.get("TDSL_DUMP_IR") == "1"
     graph = apply_schedule.run(fn, schedule.resolve(config))
     func = build_nests.run(graph, shapes)
+    # what the algorithm reads, for the per-call region check of kernels and the interpreter
+    func = dataclasses.replace(func, attrs={**func.attrs, "reads": reads(fn)})
     _after("build_nests", func, dump, verify)
     for name, step in PIPELINE if pipeline is None else pipeline:
         func = step(func)
