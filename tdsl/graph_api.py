@@ -62,6 +62,28 @@ class Graph:
         """The weights from a ``.npz`` path or a mapping, checked against the ``param``s."""
         return load_params(params, self.ir)
 
+    def random_params(self, seed: int = 0, shapes: dict | None = None) -> dict:
+        """Random weights of the declared shapes (``shapes`` gives sizes they leave open):
+        normal with a spread of 1/sqrt(fan-in), a batch_norm's variance positive."""
+        rng = np.random.default_rng(seed)
+        sizes = {te.Var(k): v for k, v in (shapes or {}).items()}
+        positive = {n.inputs[4] for n in self.ir.nodes if n.op == "batch_norm"
+                    and len(n.inputs) == 5}
+        out = {}
+        for name in self.ir.params:
+            v = self.ir.value(name)
+            try:
+                shape = tuple(eval_size(d, sizes) for d in v.shape)
+            except KeyError as e:
+                raise TdslError(f"weight '{name}' has the size {e.args[0]}: give it with "
+                                f"shapes=") from None
+            fan_in = int(np.prod(shape[1:])) if len(shape) > 1 else 1
+            a = rng.standard_normal(shape) / np.sqrt(max(fan_in, 1))
+            if name in positive:
+                a = rng.uniform(0.5, 1.5, shape)
+            out[name] = a.astype(to_numpy(v.dtype))
+        return out
+
     def reference(self, *inputs, params=None):
         """Evaluate with each op's numpy reference: an array, or a tuple for several outputs."""
         weights = load_params(params, self.ir)
