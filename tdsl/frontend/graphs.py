@@ -48,6 +48,7 @@ class _Checker:
             elif isinstance(item, ast.CallStage):
                 self._safe(lambda st=item: self._call(st))
             else:
+                self.broken.add(getattr(item, "tensor", ""))
                 self.errors.append(CheckError(
                     "a graph's statements are `param` declarations and op calls",
                     item.span, hint="write the expression as an op and call it here"))

@@ -2,13 +2,13 @@
 
 Two rewrites, in order:
 
-1. ``batch_norm`` after a standard ``conv2d``/``depthwise_conv2d`` (through an optional
+1. A node whose inputs are all weights (or folded values) is evaluated with the ops'
+   reference (numpy); its results become weights.
+2. ``batch_norm`` after a standard ``conv2d``/``depthwise_conv2d`` (through an optional
    ``bias_add``) folds into the convolution: with ``s = gamma / sqrt(var + eps)``,
    ``W' = W * s`` (per output channel) and ``b' = beta + (b - mean) * s``, and the graph
    computes ``bias_add(conv(x, W'), b')``. Only the standard library's ops are rewritten,
    since only their meaning is known here.
-2. A node whose inputs are all weights (or folded values) is evaluated with the ops'
-   reference (numpy); its results become weights.
 
 Weights nobody reads any more are dropped.
 """
@@ -31,8 +31,8 @@ def run(graph: Graph, params: dict[str, np.ndarray], std: Callable[[str], object
     """``std(name)``: the standard library's definition of an op (to recognise ours and to
     make new nodes). Returns the new graph, its weights and what was folded, in words."""
     params, notes = dict(params), []
-    graph = _fold_batch_norms(graph, params, std, notes)
     graph = _fold_constants(graph, params, graph_sizes, notes)
+    graph = _fold_batch_norms(graph, params, std, notes)
     used = {i for n in graph.nodes for i in n.inputs} | set(graph.outputs)
     keep = tuple(p for p in graph.params if p in used)
     graph = dataclasses.replace(
