@@ -68,9 +68,10 @@ def _find_conv_bn(graph: Graph, params, std):
                 and node.inputs[1] in params:
             bias, y = node, node.inputs[0]
             node = producers.get(y)
-        if node is None or y not in private or node.inputs[1] not in params:
+        if node is None or y not in private or \
+                not any(_is_std(node, std, c) for c in CONVS):
             continue
-        if any(_is_std(node, std, c) for c in CONVS):
+        if node.inputs[1] in params:
             return node, bias, bn
     return None
 
