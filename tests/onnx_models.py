@@ -133,3 +133,75 @@ def mobilenet_like(opset=17):
              helper.make_node("Transpose", ["sc"], ["tr2"], perm=[1, 0]),
              helper.make_node("LogSoftmax", ["tr2"], ["y"], axis=-1)]
     return _model(nodes, [("x", [1, c, 16, 16])], ["y"], inits, opset)
+
+
+class _Builder:
+    """Conv-BN(-ReLU) blocks with random weights, for the ResNet benchmarks."""
+
+    def __init__(self):
+        self.nodes, self.inits, self.k = [], [], 0
+
+    def conv_bn(self, x, cin, cout, k, stride=1, relu=True):
+        self.k += 1
+        p = f"l{self.k}"
+        self.inits += [_w(f"{p}_w", cout, cin, k, k)] + _bn(f"{p}_bn", cout)
+        self.nodes += [
+            helper.make_node("Conv", [x, f"{p}_w"], [f"{p}_c"], kernel_shape=[k, k],
+                             strides=[stride, stride], pads=[k // 2] * 4),
+            helper.make_node("BatchNormalization", [f"{p}_c", *[f"{p}_bn_{q}" for q in "sbmv"]],
+                             [f"{p}_n"])]
+        if not relu:
+            return f"{p}_n"
+        self.nodes.append(helper.make_node("Relu", [f"{p}_n"], [f"{p}_r"]))
+        return f"{p}_r"
+
+    def add_relu(self, a, b):
+        self.k += 1
+        self.nodes += [helper.make_node("Add", [a, b], [f"s{self.k}"]),
+                       helper.make_node("Relu", [f"s{self.k}"], [f"o{self.k}"])]
+        return f"o{self.k}"
+
+    def basic(self, x, cin, cout, stride):
+        h = self.conv_bn(x, cin, cout, 3, stride)
+        h = self.conv_bn(h, cout, cout, 3, 1, relu=False)
+        short = x if stride == 1 and cin == cout else \
+            self.conv_bn(x, cin, cout, 1, stride, relu=False)
+        return self.add_relu(h, short)
+
+    def bottleneck(self, x, cin, width, stride):
+        h = self.conv_bn(x, cin, width, 1)
+        h = self.conv_bn(h, width, width, 3, stride)
+        h = self.conv_bn(h, width, width * 4, 1, relu=False)
+        short = x if stride == 1 and cin == width * 4 else \
+            self.conv_bn(x, cin, width * 4, 1, stride, relu=False)
+        return self.add_relu(h, short)
+
+
+def resnet18_stack(hw=56, opset=17):
+    """ResNet-18's layer1 and layer2 (four basic blocks, the second stage downsampling) on a
+    1x64x56x56 input."""
+    b = _Builder()
+    h = b.basic("x", 64, 64, 1)
+    h = b.basic(h, 64, 64, 1)
+    h = b.basic(h, 64, 128, 2)
+    h = b.basic(h, 128, 128, 1)
+    b.nodes.append(helper.make_node("Identity", [h], ["y"]))
+    return _model(b.nodes, [("x", [1, 64, hw, hw])], ["y"], b.inits, opset)
+
+
+def resnet50(opset=17):
+    """ResNet-50 v1.5 (stride in the 3x3 conv) at 1x3x224x224, random weights."""
+    b = _Builder()
+    h = b.conv_bn("x", 3, 64, 7, 2)
+    b.nodes.append(helper.make_node("MaxPool", [h], ["pool"], kernel_shape=[3, 3],
+                                    strides=[2, 2], pads=[1, 1, 1, 1]))
+    h, cin = "pool", 64
+    for width, blocks, stride in ((64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2)):
+        for k in range(blocks):
+            h = b.bottleneck(h, cin, width, stride if k == 0 else 1)
+            cin = width * 4
+    b.inits += [_w("fc_w", 1000, 2048), _w("fc_b", 1000)]
+    b.nodes += [helper.make_node("GlobalAveragePool", [h], ["gap"]),
+                helper.make_node("Flatten", ["gap"], ["flat"]),
+                helper.make_node("Gemm", ["flat", "fc_w", "fc_b"], ["y"], transB=1)]
+    return _model(b.nodes, [("x", [1, 3, 224, 224])], ["y"], b.inits, opset)
