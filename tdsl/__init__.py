@@ -6,14 +6,16 @@
     mod["axpy"].reference(x, y, a=3.0)
 
 ``tdsl.stdlib`` is the standard library (a `Module`); ``tdsl.TdslError`` is the base of
-every error a user can cause.
+every error a user can cause; ``tdsl.Target("c -march=x86-64-v3")`` is what code is built for.
 """
 __version__ = "0.1.0"
 
 from .errors import CallError, CheckError, ParseError, ScheduleError, TdslError  # noqa: E402
+from .target import Target, TargetError, as_target  # noqa: E402
 from .api import Graph, GraphModule, Module, Op, load, loads  # noqa: E402
 
-__all__ = ["TdslError", "ParseError", "CheckError", "ScheduleError", "CallError", "Module", "Graph", "GraphModule",
+__all__ = ["Target", "TargetError", "as_target", "TdslError", "ParseError", "CheckError",
+           "ScheduleError", "CallError", "Module", "Graph", "GraphModule",
            "Op", "load", "loads", "stdlib", "__version__"]
 
 

@@ -16,7 +16,7 @@ from .errors import BuildError, CallError, ScheduleError
 from .frontend import ast, unparse
 from .frontend.program import OpDefinition, Program, load_program, program_from_text, \
     std_program
-from .frontend.schedules import TARGETS, to_schedule
+from .frontend.schedules import block_serves, to_schedule
 from .frontend.to_te import ranks_for_pack
 from .graph_api import Graph, GraphModule
 from .lowering import te
@@ -26,7 +26,11 @@ from .lowering.loop_ir import LoweredFunc
 from .lowering.lower import lower
 from .lowering.reference import evaluate
 from .lowering.schedule import Schedule
+from .target import Target, as_target
 from .tuner.log import Workload, best_record, read_log
+
+# target kind -> the function that builds a lowered function into a callable kernel
+BACKENDS = {"c": build_kernel}
 
 
 class Op:
@@ -63,46 +67,49 @@ class Op:
 
     # ---------------------------------------------------------------- schedules and builds
 
-    def schedule_names(self, target: str = "c") -> list[str]:
+    def schedule_names(self, target: Target | str = "c") -> list[str]:
         """Names of the schedule blocks written for this op and target."""
-        return list(self._schedule_defs(target))
+        return list(self._schedule_defs(as_target(target)))
 
-    def _schedule_defs(self, target: str) -> dict:
+    def _schedule_defs(self, target: Target) -> dict:
         out = {}
         for prog in (self._def.program, self.module.program):
             for sdef in prog.schedules:
-                if sdef.op == self.name and TARGETS.get(sdef.target) == TARGETS.get(target):
+                if sdef.op == self.name and block_serves(sdef.target, target.kind):
                     out.setdefault(sdef.name, sdef)
         return out
 
-    def schedule(self, name: str | None = None, target: str = "c", ranks=None, shapes=None,
-                 **attrs) -> Schedule:
-        """The schedule called ``name`` (a block in the source), as a `Schedule` value that
-        Python code can extend with more primitives.
+    def schedule(self, name: str | None = None, target: Target | str = "c", ranks=None,
+                 shapes=None, **attrs) -> Schedule:
+        """The schedule called ``name`` (a block in the source) for ``target``, as a
+        `Schedule` value that Python code can extend with more primitives. The block reads
+        the target's facts (``lanes``, ``registers``, ...).
 
         ``None`` picks the block named ``default`` when there is one, else the automatic
         default schedule; ``"auto"`` is always the automatic one, ``"naive"`` no schedule.
         """
+        target = as_target(target)
         fn = self.function(_ranks(self, ranks, shapes), **attrs)
         defs = self._schedule_defs(target)
         if name is None:
             name = "default" if "default" in defs else "auto"
         if name == "auto":
-            return default_schedule(fn)
+            return default_schedule(fn, shapes, target)
         if name == "naive":
             return Schedule(fn)
         if name not in defs:
             raise ScheduleError(f"op {self.name} has no schedule '{name}' for {target}",
                                 hint=f"schedules: {', '.join(['auto', 'naive', *defs])}")
-        return to_schedule(defs[name], fn, INTRINSICS, shapes)
+        return to_schedule(defs[name], fn, INTRINSICS, shapes, target)
 
     def lower(self, schedule=None, shapes: dict | None = None, config: dict | None = None,
-              target: str = "c", ranks=None, **attrs) -> LoweredFunc:
+              target: Target | str = "c", ranks=None, **attrs) -> LoweredFunc:
         """The loop nest (print it to read it)."""
+        target = as_target(target)
         sched = self._resolve_schedule(schedule, target, ranks, shapes, attrs)
-        return lower(sched.fn, sched, config, shapes)
+        return lower(sched.fn, sched, config, shapes, target=target)
 
-    def build(self, target: str = "c", schedule=None, shapes: dict | None = None,
+    def build(self, target: Target | str = "c", schedule=None, shapes: dict | None = None,
               config: dict | None = None, flags=None, ranks=None, tuning_log=None, **attrs):
         """Compile to a `Kernel` that takes and returns numpy arrays.
 
@@ -110,25 +117,28 @@ class Op:
         the arguments at each call. ``schedule`` is a name, a `Schedule`, or None (see
         `schedule`); ``config`` fills its knobs (the defaults otherwise). ``tuning_log``
         (a `tdsl tune` log) supplies the best configuration recorded for this workload on
-        this machine; without one, a warning says the defaults are used.
+        this machine; without one, a warning says the defaults are used. ``target`` is a
+        `Target` or its string (``"c"``, ``"c -march=x86-64-v3"``); ``flags`` are added to
+        its compiler flags.
         """
-        if TARGETS.get(target) != "c":
-            raise BuildError(f"target '{target}' is not available yet; targets: c")
+        target = as_target(target)
+        if target.kind not in BACKENDS:
+            raise BuildError(f"target '{target}' has no backend yet",
+                             hint=f"backends: {', '.join(BACKENDS)}")
         if tuning_log is not None and config is None:
             config = self.tuned_config(tuning_log, shapes, target, schedule, **attrs)
         func = self.lower(schedule, shapes, config, target, ranks, **attrs)
-        kwargs = {"flags": tuple(flags)} if flags else {}
         # the sizes in ``shapes`` are already constants of the lowered function
-        return build_kernel(func, **kwargs)
+        return BACKENDS[target.kind](func, target=target, flags=tuple(flags or ()))
 
-    def tuned_config(self, tuning_log, shapes: dict | None, target: str = "c", schedule=None,
-                     **attrs) -> dict | None:
+    def tuned_config(self, tuning_log, shapes: dict | None, target: Target | str = "c",
+                     schedule=None, **attrs) -> dict | None:
         """The best configuration in ``tuning_log`` for this op at ``shapes`` (every size
         given), these attributes, target and schedule name on this machine; None, with a
         warning, when the log has none."""
         name = schedule if isinstance(schedule, str) else None
-        workload = Workload.make(self.module.name, self.name, shapes or {}, attrs, target,
-                                 name)
+        workload = Workload.make(self.module.name, self.name, shapes or {}, attrs,
+                                 str(as_target(target)), name)
         best = best_record(read_log(tuning_log), workload)
         if best is None:
             warnings.warn(f"{tuning_log} has no successful record for {workload} on this "

@@ -18,6 +18,7 @@ from .api import load
 from .arrays import random_arguments
 from .emit_c.c import emit_c
 from .errors import ErrorList, TdslError
+from .target import as_target
 
 
 def cmd_check(args) -> int:
@@ -88,16 +89,30 @@ def _op_of(args):
 
 def cmd_lower(args) -> int:
     op = _op_of(args)
-    print(op.lower(args.schedule, parse_shapes(args.shape), **parse_attrs(args.attr)))
+    print(op.lower(args.schedule, parse_shapes(args.shape), target=args.target,
+                   **parse_attrs(args.attr)))
     return 0
 
 
 def cmd_emit(args) -> int:
     op = _op_of(args)
-    if args.target != "c":
-        raise TdslError(f"target '{args.target}' is not available yet; targets: c")
-    func = op.lower(args.schedule, parse_shapes(args.shape), **parse_attrs(args.attr))
-    print(emit_c(func).source)          # the sizes are constants of the lowered function
+    target = as_target(args.target)
+    if target.kind != "c":
+        raise TdslError(f"tdsl emit prints C; target '{target}' has no printer yet")
+    func = op.lower(args.schedule, parse_shapes(args.shape), target=target,
+                    **parse_attrs(args.attr))
+    print(emit_c(func, target=target).source)   # the sizes are constants of the function
+    return 0
+
+
+def cmd_target(args) -> int:
+    """What tdsl knows of a target: lanes, registers, caches, compiler, peak."""
+    target = as_target(args.spec)
+    print(target.describe())
+    if args.measure:
+        from .emit_c.peak import measure_peak_gflops
+        print(f"measured   {measure_peak_gflops(target):.0f} GFLOP/s fp32 FMA on all cores "
+              f"(a short loop of independent vector FMAs)")
     return 0
 
 
@@ -108,8 +123,8 @@ def cmd_build(args) -> int:
     out.mkdir(parents=True, exist_ok=True)
     shapes, attrs = parse_shapes(args.shape), parse_attrs(args.attr)
     for name in names:
-        kernel = mod[name].build("c", args.schedule, shapes, tuning_log=args.tuning_log,
-                                 **attrs)
+        kernel = mod[name].build(args.target, args.schedule, shapes,
+                                 tuning_log=args.tuning_log, **attrs)
         (out / f"{name}.c").write_text(kernel.source)
         (out / f"{name}.h").write_text(kernel.header)
         shutil.copyfile(kernel.lib_path, out / f"lib{name}.so")
@@ -123,7 +138,7 @@ def cmd_run(args) -> int:
     op = _op_of(args)
     shapes, attrs = parse_shapes(args.shape) or {}, parse_attrs(args.attr)
 
-    kernel = op.build("c", args.schedule, None, **attrs)
+    kernel = op.build(args.target, args.schedule, None, **attrs)
     arrays = random_arguments(op, shapes, attrs, seed=0)
     outs = kernel(*arrays)
     refs = op.reference(*arrays, **attrs)
@@ -151,8 +166,8 @@ def cmd_tune(args) -> int:
     from .tuner.tune import Progress, plot_curves, tune
     op = _op_of(args)
     shapes = parse_shapes(args.shape) or {}
-    workload = Workload.make(args.file, op.name, shapes, parse_attrs(args.attr), args.target,
-                             args.schedule)
+    workload = Workload.make(args.file, op.name, shapes, parse_attrs(args.attr),
+                             str(as_target(args.target)), args.schedule)
     task = Task(workload)
     print(f"tuning {workload}: {task.space.describe()}", file=sys.stderr)
     history = history_from_logs(args.transfer_log, exclude=workload) \
@@ -214,6 +229,10 @@ def cmd_test(args) -> int:
     return run_property_test(load(args.file), args.op, args.target, args.examples)
 
 
+TARGET_HELP = ("what to build for (default: c, this machine), e.g. 'c -march=x86-64-v3'; "
+               "`tdsl target SPEC` shows what it means")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="tdsl", description="The tdsl tensor compiler.")
     p.add_argument("--version", action="version", version=f"tdsl {__version__}")
@@ -227,7 +246,15 @@ def build_parser() -> argparse.ArgumentParser:
     o.add_argument("file", metavar="FILE")
     o.set_defaults(run=cmd_ops)
 
-    def op_command(name, help_text, run, target=True):
+    tg = sub.add_parser("target", help="print what tdsl knows of a target (default: this "
+                        "machine): vector lanes, registers, caches, compiler flags, FMA peak")
+    tg.add_argument("spec", nargs="?", default="c", metavar="TARGET",
+                    help="e.g. 'c', 'c -march=x86-64-v3', 'c -march=armv8-a'")
+    tg.add_argument("--measure", action="store_true",
+                    help="also measure the fp32 FMA peak with a short loop on every core")
+    tg.set_defaults(run=cmd_target)
+
+    def op_command(name, help_text, run):
         c = sub.add_parser(name, help=help_text)
         c.add_argument("file", metavar="FILE")
         c.add_argument("--op", help="the op (needed when FILE has several)")
@@ -236,12 +263,11 @@ def build_parser() -> argparse.ArgumentParser:
                        "schedule, else the automatic one; 'naive' for none)")
         c.add_argument("--attr", action="append", metavar="NAME=VALUE",
                        help="an attribute, e.g. --attr stride=2 (repeatable)")
-        if target:
-            c.add_argument("--target", default="c", choices=["c"])
+        c.add_argument("--target", default="c", help=TARGET_HELP)
         c.set_defaults(run=run)
         return c
 
-    op_command("lower", "print an op's loop nest", cmd_lower, target=False)
+    op_command("lower", "print an op's loop nest", cmd_lower)
     op_command("emit", "print the generated source", cmd_emit)
     b = op_command("build", "write .c, .h and the shared library", cmd_build)
     b.add_argument("-o", "--output", required=True, metavar="DIR")
@@ -289,7 +315,7 @@ def build_parser() -> argparse.ArgumentParser:
     t = sub.add_parser("test", help="property-test ops: random shapes, values, schedules")
     t.add_argument("file", metavar="FILE")
     t.add_argument("--op", help="only this op (default: every op of FILE)")
-    t.add_argument("--target", default="c", choices=["c"])
+    t.add_argument("--target", default="c", help=TARGET_HELP)
     t.add_argument("--examples", type=int, default=20, help="examples per op")
     t.set_defaults(run=cmd_test)
     return p

@@ -17,7 +17,7 @@ import numpy as np
 from .emit_c.kernel import build_kernel
 from .errors import BuildError, CallError, ScheduleError, TdslError
 from .frontend.program import std_program
-from .frontend.schedules import TARGETS, to_schedule
+from .frontend.schedules import to_schedule
 from .lowering import te
 from .lowering.default_schedule import default_schedule
 from .lowering.dtypes import to_numpy
@@ -27,6 +27,7 @@ from .lowering.graph.patterns import classify
 from .lowering.intrinsics import INTRINSICS
 from .lowering.lower import lower
 from .lowering.reference import evaluate
+from .target import Target, as_target
 
 
 class Graph:
@@ -96,16 +97,17 @@ class Graph:
         outs = tuple(env[o] for o in self.ir.outputs)
         return outs[0] if len(outs) == 1 else outs
 
-    def build(self, target="c", params=None, fuse: bool = True, fold: bool = True,
-              shapes: dict | None = None, flags=None) -> "GraphModule":
-        """Compile for ``target``: one kernel per fused group (per op with ``fuse=False``),
-        weight-only parts folded at build time (``fold=False``: not), the intermediates in
-        one planned arena. ``shapes`` fixes sizes the inputs would otherwise tell."""
-        name = _target_name(target)
-        if TARGETS.get(name) != "c":
-            raise BuildError(f"graphs build for the c target only, not '{name}'")
+    def build(self, target: Target | str = "c", params=None, fuse: bool = True,
+              fold: bool = True, shapes: dict | None = None, flags=None) -> "GraphModule":
+        """Compile for ``target`` (a `Target` or its string): one kernel per fused group
+        (per op with ``fuse=False``), weight-only parts folded at build time (``fold=False``:
+        not), the intermediates in one planned arena. ``shapes`` fixes sizes the inputs would
+        otherwise tell; ``flags`` are added to the target's compiler flags."""
+        target = as_target(target)
+        if target.kind != "c":
+            raise BuildError(f"graphs build for the host C target only, not '{target}'")
         weights = load_params(params, self.ir)
-        return GraphModule(self, weights, name, fuse, fold, dict(shapes or {}), flags)
+        return GraphModule(self, weights, target, fuse, fold, dict(shapes or {}), flags)
 
 
 class CompiledGraph:
@@ -128,19 +130,19 @@ class CompiledGraph:
         self.kernels: list = []
         self.schedules: list[str] = []
 
-    def build(self, module, target: str, flags) -> None:
-        kwargs = {"flags": tuple(flags)} if flags else {}
+    def build(self, module, target: Target, flags) -> None:
         for f in self.functions:
             sched, how = _schedule_for(f, module, target)
             try:
-                func = lower(f.fn, sched)
+                func = lower(f.fn, sched, target=target)
             except ScheduleError as e:
                 # the anchor's schedule does not fit the fused function (a user's schedule
                 # naming a stage fusion removed): the automatic one always does
                 warnings.warn(f"{f.fn.name}: {e.message}; using the automatic schedule",
                               stacklevel=4)
-                func, how = lower(f.fn, default_schedule(f.fn)), "auto (fallback)"
-            self.kernels.append(build_kernel(func, **kwargs))
+                func = lower(f.fn, default_schedule(f.fn, None, target), target=target)
+                how = "auto (fallback)"
+            self.kernels.append(build_kernel(func, target=target, flags=tuple(flags or ())))
             self.schedules.append(how)
 
     def describe(self) -> str:
@@ -234,29 +236,19 @@ class GraphModule:
 
 # ---------------------------------------------------------------------------- helpers
 
-def _target_name(target) -> str:
-    """A target string, or a target value (``tdsl.Target``) by its name."""
-    if isinstance(target, str):
-        return target.split()[0] if target.strip() else target
-    for attr in ("kind", "name"):
-        if isinstance(getattr(target, attr, None), str):
-            return getattr(target, attr)
-    return str(target)
-
-
 def _std_op(name: str):
     return std_program().resolve_op(name)
 
 
-def _schedule_for(f: compose.FusedFunction, module, target: str):
+def _schedule_for(f: compose.FusedFunction, module, target: Target):
     """The anchor op's schedule for ``target`` (its ``default`` block), else the automatic
     one; with a word on which."""
     op = f.anchor.op
     defs = module[op]._schedule_defs(target) if op in module else {}
     if "default" in defs:
-        return to_schedule(defs["default"], f.fn, INTRINSICS, dict(f.anchor_sizes)), \
-            f"{op}'s"
-    return default_schedule(f.fn), "auto"
+        return to_schedule(defs["default"], f.fn, INTRINSICS, dict(f.anchor_sizes),
+                           target), f"{op}'s"
+    return default_schedule(f.fn, None, target), "auto"
 
 
 def load_params(params, ir: GraphIR) -> dict[str, np.ndarray]:

@@ -94,14 +94,16 @@ def cases(draw, op, attrs: dict | None = None, max_size: int = 9, schedules_too=
     return Case(ranks, sizes, arrays, sched, steps)
 
 
-def check_case(op, case: Case, attrs: dict | None = None, rtol=1e-4, atol=1e-4):
-    """Build ``op`` with the case's schedule, run it, compare with the reference."""
+def check_case(op, case: Case, attrs: dict | None = None, rtol=1e-4, atol=1e-4, target="c"):
+    """Build ``op`` for ``target`` with the case's schedule, run it, compare with the
+    reference."""
     attrs = dict(attrs or {})
     try:
-        func = lower(case.schedule.fn, case.schedule) if case.schedule else None
+        func = lower(case.schedule.fn, case.schedule, target=target) if case.schedule else None
     except ScheduleError:
         assume(False)           # an illegal combination: not a failure of the op
-    kernel = build_kernel(func) if func is not None else op.build(ranks=case.ranks, **attrs)
+    kernel = build_kernel(func, target=target) if func is not None else \
+        op.build(target, ranks=case.ranks, **attrs)
     got = kernel(*case.arrays)
     want = op.reference(*case.arrays, **attrs)
     got, want = (got, want) if isinstance(got, tuple) else ((got,), (want,))
@@ -127,7 +129,7 @@ def run_property_test(module, op_name: str | None, target: str, examples: int) -
                   suppress_health_check=list(HealthCheck))
         @given(cases(op))
         def prop(case):
-            check_case(op, case)
+            check_case(op, case, target=target)
 
         try:
             prop()

@@ -9,7 +9,8 @@ import pytest
 from cffi import FFI
 
 from tdsl.errors import BuildError
-from tdsl.emit_c import HOST_FLAGS, BuildCache, build_kernel, default_cache_dir, emit_c
+from tdsl.target import as_target
+from tdsl.emit_c import BuildCache, build_kernel, default_cache_dir, emit_c
 from tdsl.lowering import te
 from tdsl.lowering.loop_ir import Buffer, BufferLoad, For, ForKind, LoweredFunc, Store
 
@@ -53,7 +54,7 @@ def test_second_build_of_the_same_source_does_not_compile(tmp_path):
 def test_changed_source_or_flags_build_a_new_library(tmp_path):
     cache = BuildCache(tmp_path / "c")
     one, two = cache.build(shift_source(1)), cache.build(shift_source(2))
-    other_flags = cache.build(shift_source(1), flags=(*HOST_FLAGS, "-O2"))
+    other_flags = cache.build(shift_source(1), flags=(*as_target("c").flags, "-O2"))
     assert len({one.lib_path, two.lib_path, other_flags.lib_path}) == 3
     assert cache.compile_count == 3
     x = np.zeros(3, np.float32)
@@ -162,4 +163,4 @@ def test_compiler_errors_carry_the_message_and_the_kept_source(tmp_path):
 
 def test_a_missing_compiler_is_a_build_error(tmp_path):
     with pytest.raises(BuildError, match="cannot run the C compiler"):
-        BuildCache(tmp_path / "c", compiler="no-such-compiler-tdsl").build(shift_source(1))
+        BuildCache(tmp_path / "c").build(shift_source(1), compiler="no-such-compiler-tdsl")

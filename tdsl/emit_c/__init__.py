@@ -5,10 +5,10 @@
 
 `CFamilyPrinter` is the base the CUDA and OpenCL printers subclass.
 """
-from .build import HOST_FLAGS, BuildCache, BuildResult, build_library, default_cache_dir
+from .build import BuildCache, BuildResult, build_library, default_cache_dir
 from .c import CModule, HostC, emit_c
 from .kernel import Kernel, build_kernel
 from .printer import CFamilyPrinter
 
-__all__ = ["HOST_FLAGS", "BuildCache", "BuildResult", "build_library", "default_cache_dir", "CModule",
+__all__ = ["BuildCache", "BuildResult", "build_library", "default_cache_dir", "CModule",
            "HostC", "emit_c", "Kernel", "build_kernel", "CFamilyPrinter"]

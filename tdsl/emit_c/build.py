@@ -28,21 +28,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import BuildError
+from ..target import as_target
 
-# Measured choices (gcc 12.2 on a 2-core AVX-512 host, single thread):
-# -mprefer-vector-width=512: Intel tunings of -march=native prefer 256-bit vectors, and then
-#     an ``omp simd`` loop over a 6x64 register tile spills: 88 GFLOP/s with 256, 265 with
-#     512; a printed sqrt+floor loop: 18.5 vs 14 us per 64k. GNU vector types are unaffected;
-#     without AVX-512 the flag does nothing.
-# -fno-math-errno -fno-trapping-math: let gcc vectorize sqrt/floor/ceil/rint (that loop:
-#     81 -> 14 us); they change no value, only errno and FP exception flags.
-# -fwrapv: signed overflow wraps as numpy's integers do, instead of being undefined
-#     (no measurable cost on the matmul tile).
-# -Werror=implicit-function-declaration: a call of an undeclared function would otherwise
-#     only warn, and the missing symbol would surface at dlopen instead of here.
-HOST_FLAGS = ("-O3", "-march=native", "-mprefer-vector-width=512", "-fno-math-errno",
-              "-fno-trapping-math", "-fwrapv", "-fopenmp", "-shared", "-fPIC",
-              "-Werror=implicit-function-declaration")
+# The flags come from the target (tdsl/target.py): its ISA, its vector width, and the
+# value-preserving options every host build takes.
 LIBS = ("-lm",)
 COMPILE_TIMEOUT_S = 300
 
@@ -90,30 +79,30 @@ class BuildResult:
 class BuildCache:
     """A directory of compiled kernels. ``compile_count`` counts compiler runs (tests use it)."""
 
-    def __init__(self, root: str | os.PathLike | None = None, compiler: str = "gcc"):
+    def __init__(self, root: str | os.PathLike | None = None):
         self.root = Path(root) if root is not None else default_cache_dir()
-        self.compiler = compiler
         self.compile_count = 0
 
-    def key(self, source: str, flags) -> str:
-        parts = [source, " ".join(flags), compiler_version(self.compiler)]
+    def key(self, source: str, flags, compiler: str = "gcc") -> str:
+        parts = [source, " ".join(flags), compiler, compiler_version(compiler)]
         if any("native" in f for f in flags):
             parts.append(machine_identity())
         return hashlib.sha256("\0".join(parts).encode()).hexdigest()
 
-    def build(self, source: str, flags=HOST_FLAGS) -> BuildResult:
-        """The library for ``source``, compiled now only if no valid entry exists."""
-        flags = tuple(flags)
+    def build(self, source: str, flags=None, compiler: str = "gcc") -> BuildResult:
+        """The library for ``source`` built by ``compiler`` with ``flags`` (a target's; the
+        host's by default), compiled now only if no valid entry exists."""
+        flags = tuple(as_target("c").flags if flags is None else flags)
         self._ensure_root()
-        key = self.key(source, flags)
+        key = self.key(source, flags, compiler)
         lib, meta, src = (self.root / f"tdsl_{key}{ext}" for ext in (".so", ".json", ".c"))
         if _entry_is_valid(lib, meta):
             return BuildResult(lib, src, key, compiled=False)
         try:
             _write_atomic(src, source.encode())
-            digest = self._compile(src, lib, flags)
+            digest = self._compile(src, lib, flags, compiler)
             _write_atomic(meta, json.dumps({"so_sha256": digest, "flags": list(flags),
-                                            "compiler": compiler_version(self.compiler)},
+                                            "compiler": compiler_version(compiler)},
                                            indent=1).encode())
         except OSError as exc:
             raise BuildError(f"cannot write to the kernel cache {self.root}: {exc}",
@@ -121,23 +110,23 @@ class BuildCache:
         self.compile_count += 1
         return BuildResult(lib, src, key, compiled=True)
 
-    def _compile(self, src: Path, lib: Path, flags: tuple) -> str:
+    def _compile(self, src: Path, lib: Path, flags: tuple, compiler: str) -> str:
         """Compile to a temporary file, then move it into place; returns its sha256."""
         fd, tmp = tempfile.mkstemp(prefix=lib.name + ".", suffix=".tmp", dir=self.root)
         os.close(fd)
         try:
-            cmd = [self.compiler, *flags, str(src), "-o", tmp, *LIBS]
+            cmd = [compiler, *flags, str(src), "-o", tmp, *LIBS]
             try:
                 proc = subprocess.run(cmd, capture_output=True, text=True,
                                       timeout=COMPILE_TIMEOUT_S)
             except subprocess.TimeoutExpired:
-                raise BuildError(f"{self.compiler} ran over {COMPILE_TIMEOUT_S} s on {src}") \
+                raise BuildError(f"{compiler} ran over {COMPILE_TIMEOUT_S} s on {src}") \
                     from None
             except OSError as exc:
-                raise BuildError(f"cannot run the C compiler {self.compiler!r}: {exc}",
-                                 hint="install gcc") from None
+                raise BuildError(f"cannot run the C compiler {compiler!r}: {exc}",
+                                 hint=f"install {compiler}") from None
             if proc.returncode != 0:
-                raise BuildError(f"{self.compiler} failed on {src}:\n{proc.stderr.strip()}",
+                raise BuildError(f"{compiler} failed on {src}:\n{proc.stderr.strip()}",
                                  hint=f"the source is kept; rerun: {' '.join(cmd)}")
             digest = _sha256_file(Path(tmp))
             os.replace(tmp, lib)
@@ -159,9 +148,10 @@ class BuildCache:
                              hint=f"chmod 700 {self.root}, or set TDSL_CACHE_DIR elsewhere")
 
 
-def build_library(source: str, flags=HOST_FLAGS, cache: BuildCache | None = None) -> BuildResult:
+def build_library(source: str, flags=None, cache: BuildCache | None = None,
+                  compiler: str = "gcc") -> BuildResult:
     """Compile ``source`` through ``cache`` (default: the user's cache directory)."""
-    return (cache or BuildCache()).build(source, flags)
+    return (cache or BuildCache()).build(source, flags, compiler)
 
 
 def _entry_is_valid(lib: Path, meta: Path) -> bool:

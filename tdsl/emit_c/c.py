@@ -1,9 +1,10 @@
 """`HostC`: C for the machine tdsl runs on, built by gcc (or clang) and loaded with cffi.
 
 C99 plus what gcc and clang both accept: GNU vector types (``vector_size``), so that a
-register tile of vector accumulators stays in AVX-512 registers as named variables (plain
+register tile of vector accumulators stays in vector registers as named variables (plain
 loops over an accumulator array do not, see /work/shared/anchors.md), ``__attribute__``
-alignment, and OpenMP pragmas for threads and SIMD loops.
+alignment, and OpenMP pragmas for threads and SIMD loops. How wide the vectors are and how
+many a register tile may hold is the target's (tdsl/target.py), never fixed here.
 
 The generated function returns 0, or 1 when a heap workspace could not be allocated (the
 caller raises `MemoryError`): a failed allocation must never turn into a segfault.
@@ -107,8 +108,9 @@ class HostC(CFamilyPrinter):
             "#include <stdint.h>", "", f"{self.prototype()};", "", f"#endif  /* {guard} */", ""])
 
 
-def emit_c(func: LoweredFunc, shapes: dict | None = None) -> CModule:
-    """Print ``func`` as host C. ``shapes`` fixes sizes at build time ({"M": 64}): they become
-    constants gcc can fold and drop out of the parameter list."""
-    return HostC(func, shapes).module()
+def emit_c(func: LoweredFunc, shapes: dict | None = None, target=None) -> CModule:
+    """Print ``func`` as host C for ``target`` (the host by default). ``shapes`` fixes sizes
+    at build time ({"M": 64}): they become constants gcc can fold and drop out of the
+    parameter list."""
+    return HostC(func, shapes, target).module()
 

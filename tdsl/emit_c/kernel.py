@@ -26,7 +26,8 @@ from ..lowering import te
 from ..lowering.dtypes import to_c, to_numpy
 from ..lowering.loop_ir import Buffer, LoweredFunc
 from ..lowering.te_printer import format_expr
-from .build import HOST_FLAGS, BuildCache, BuildResult
+from ..target import Target, as_target
+from .build import BuildCache, BuildResult
 from .c import CModule, HostC
 from .printer import fixed_shapes
 
@@ -40,8 +41,9 @@ class Kernel:
     """
 
     def __init__(self, func: LoweredFunc, module: CModule, built: BuildResult,
-                 fixed: dict[te.Var, int] | None = None):
+                 fixed: dict[te.Var, int] | None = None, target: Target | None = None):
         self.func = func
+        self.target = as_target(target)
         self.source = module.source
         self.header = module.header
         self.lib_path = built.lib_path
@@ -51,8 +53,12 @@ class Kernel:
         self._outputs = func.params[func.num_inputs:]
         self._free_sizes = [v for v in func.shape_vars if v not in self._fixed]
         _check_sizes_bindable(func, self._fixed)
-        self._ffi, self._lib = load_library(str(built.lib_path), module.prototype)
-        self._fn = getattr(self._lib, module.name)
+        # a library for another machine (a cross build, an ISA this CPU lacks) is built and
+        # kept, never loaded: loading could already run its code and die of SIGILL
+        self._unrunnable = self.target.unrunnable_reason()
+        if self._unrunnable is None:
+            self._ffi, self._lib = load_library(str(built.lib_path), module.prototype)
+            self._fn = getattr(self._lib, module.name)
         self._array_types = [f"{to_c(b.dtype)}[]" for b in func.params]
         # input shapes -> (sizes to pass, output shapes): binding and checking the sizes is
         # most of a call's Python time, and a kernel is usually called at a few shapes
@@ -73,6 +79,9 @@ class Kernel:
         return self._prepare(arrays, out)
 
     def _prepare(self, arrays, out):
+        if self._unrunnable is not None:
+            raise CallError(f"{self.func.name} cannot run here: {self._unrunnable}",
+                            hint=f"the library is built: {self.lib_path}")
         if len(arrays) != len(self._inputs):
             names = ", ".join(b.name for b in self._inputs)
             raise CallError(f"{self.func.name} takes {len(self._inputs)} argument(s) "
@@ -172,15 +181,18 @@ def load_library(path: str, prototype: str):
     return _LOADED[path]
 
 
-def build_kernel(func: LoweredFunc, *, shapes: dict | None = None, flags=HOST_FLAGS,
+def build_kernel(func: LoweredFunc, *, shapes: dict | None = None, target=None, flags=(),
                  cache: BuildCache | None = None) -> Kernel:
-    """Emit ``func`` as host C, compile it (or reuse the cache) and load it.
+    """Emit ``func`` as C for ``target`` (the host by default), compile it with the target's
+    compiler and flags plus ``flags`` (or reuse the cache) and load it.
 
     ``shapes`` fixes sizes at build time (``{"K": 256}``): they become C constants.
     """
-    module = HostC(func, shapes).module()
-    built = (cache or BuildCache()).build(module.source, flags)
-    return Kernel(func, module, built, fixed_shapes(func, shapes or {}))
+    target = as_target(target)
+    module = HostC(func, shapes, target).module()
+    built = (cache or BuildCache()).build(module.source, (*target.flags, *flags),
+                                          target.compiler)
+    return Kernel(func, module, built, fixed_shapes(func, shapes or {}), target)
 
 
 def evaluate(e: te.Expr, sizes: dict[te.Var, int]) -> int:

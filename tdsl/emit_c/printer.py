@@ -21,6 +21,7 @@ import functools
 from ..errors import BuildError
 from ..lowering import te
 from ..lowering.dtypes import to_c
+from ..target import Target, as_target
 from ..lowering.loop_ir import (Barrier, Buffer, ForKind, If, LoweredFunc, Store, split_dtype,
                                 vector_dtype)
 from .expressions import MULTIPLICATIVE, PRECEDENCE, CExpressionPrinter
@@ -43,9 +44,11 @@ class CFamilyPrinter(CExpressionPrinter):
     lane_loop_pragmas: list[str] = []
     stack_limit_bytes = 16 * 1024
 
-    def __init__(self, func: LoweredFunc, shapes: dict | None = None):
+    def __init__(self, func: LoweredFunc, shapes: dict | None = None,
+                 target: Target | str | None = None):
         super().__init__(func.name)
         self.func = func
+        self.target = as_target(target)
         self.name = self.namer.fresh(sanitize(func.name, self.reserved))
         self.fixed = fixed_shapes(func, shapes or {})
         inputs = func.params[:func.num_inputs]
@@ -184,7 +187,7 @@ class CFamilyPrinter(CExpressionPrinter):
         return decl + self._scoped_body(s.var, self.is_nonneg(s.value), s.body)
 
     def visit_Allocate(self, s) -> list[str]:
-        lanes = register_lanes(s) if self.vector_type(vector_dtype(s.buffer.dtype, 2)) else None
+        lanes = register_lanes(s, self.target.registers) if self.vector_type(vector_dtype(s.buffer.dtype, 2)) else None
         if lanes and self.vector_type(vector_dtype(s.buffer.dtype, lanes)):
             return self._register_tile(s, lanes)
         name = self.namer.bind(s.buffer, s.buffer.name)

@@ -10,11 +10,9 @@ from __future__ import annotations
 from ..lowering import te
 from ..lowering.loop_ir import Allocate, BufferLoad, Ramp, Store, walk_stmt
 
-MAX_REGISTERS = 32            # AVX-512 has 32 vector registers; more would spill anyway
-
-
-def register_lanes(alloc: Allocate) -> int | None:
-    """The vector width to promote ``alloc.buffer`` with, or None when it can't be."""
+def register_lanes(alloc: Allocate, max_registers: int) -> int | None:
+    """The vector width to promote ``alloc.buffer`` with, or None when it can't be: a tile
+    of more vectors than the target has registers would spill anyway."""
     buf = alloc.buffer
     if buf.scope != "local" or len(buf.shape) != 1 or not isinstance(buf.shape[0], te.Const):
         return None
@@ -28,7 +26,7 @@ def register_lanes(alloc: Allocate) -> int | None:
         lanes = lanes or n
         if n != lanes or base % lanes:
             return None
-    if lanes is None or lanes == 1 or size % lanes or size // lanes > MAX_REGISTERS:
+    if lanes is None or lanes == 1 or size % lanes or size // lanes > max_registers:
         return None
     return lanes
 

@@ -4,7 +4,10 @@ Each statement is a call of a primitive; axes are written ``C.i`` (stage ``C``, 
 or, once a primitive of this block has named them, by their bare name (``io`` after
 ``io, ii = split(C.i, 8)``). Numbers may be expressions of ``knob``s (``tj // 16``);
 ``if COND { ... } else { ... }`` applies statements depending on the knobs and
-``require COND`` constrains them. Everything here only translates:
+``require COND`` constrains them. The target's facts are constants every expression may
+name: ``lanes`` (f32 per vector), ``registers``, ``l1`` and ``l2`` (bytes), and on GPUs
+``warp``, ``max_threads`` and ``shared_bytes`` (see tdsl/target.py): ``split(C.j, lanes)``,
+``knob tj in [lanes, 2 * lanes] = 2 * lanes``. Everything here only translates:
 whether a primitive can apply is decided when the schedule is applied during lowering,
 which raises a `ScheduleError` pointing at the statement.
 """
@@ -15,10 +18,17 @@ import operator
 from ..errors import ScheduleError, TdslError
 from ..lowering import te
 from ..lowering.schedule import Knob, KnobExpr, Schedule
+from ..target import as_target
 from . import ast
 from .exprs import const_value
 
-TARGETS = {"cpu": "c", "c": "c", "cuda": "cuda", "opencl": "opencl"}
+# the word after ``for`` in a schedule block -> the target kinds the block serves
+TARGETS = {"cpu": ("c",), "c": ("c",), "cuda": ("cuda",), "opencl": ("opencl",)}
+
+
+def block_serves(block_target: str, kind: str) -> bool:
+    """Whether a block written ``for block_target`` schedules builds for target ``kind``."""
+    return kind in TARGETS.get(block_target, ())
 
 # primitive -> (number of names it binds, positional parameter kinds)
 # kinds: "axis" (C.i), "axes" (several axes), "stage", "int", "str", "stages"
@@ -32,6 +42,7 @@ _SIGNATURES = {
     "compute_root": (0, ("stage",)),
     "cache_read": (1, ("stage", "str", "stages")),
     "cache_write": (1, ("stage", "str")),
+    "rfactor": (1, ("axis", "int")),
     "vectorize": (0, ("axis",)),
     "unroll": (0, ("axis",)),
     "parallel": (0, ("axis",)),
@@ -42,23 +53,35 @@ _SIGNATURES = {
 
 
 def to_schedule(sdef: ast.ScheduleDef, fn: te.Function, intrinsics: dict | None = None,
-                shapes: dict | None = None) -> Schedule:
-    """The block as a `Schedule` of ``fn``; ``shapes`` (sizes known now) serve knobs whose
-    choices depend on them (``factors(N)``)."""
+                shapes: dict | None = None, target=None) -> Schedule:
+    """The block as a `Schedule` of ``fn`` for ``target`` (the host by default); ``shapes``
+    (sizes known now) serve knobs whose choices depend on them (``factors(N)``)."""
     sched = Schedule(fn)
+    consts = as_target(target).constants()
     for st in sdef.body:
         if isinstance(st, ast.KnobDecl):
-            default = const_value(st.default, {}) if st.default is not None else None
+            default = _constant(st.default, consts) if st.default is not None else None
             if st.generator is not None:
-                choices = _generated_choices(st.generator, fn, shapes or {})
+                choices = _generated_choices(st.generator, fn, {**consts, **(shapes or {})})
                 if default is not None:          # the nearest choice not above it
                     default = max((c for c in choices if c <= default), default=choices[0])
             else:
-                choices = tuple(const_value(c, {}) for c in st.choices)
+                choices = tuple(dict.fromkeys(_constant(c, consts) for c in st.choices))
             sched = sched.knob(st.name, choices, default, span=st.span)
-    knobs = {k.name for k in sched.knobs}
+    knobs = {k.name: Knob(k.name) for k in sched.knobs}
+    # a knob's name shadows a target constant of the same name
+    names = {**consts, **knobs}
     owner: dict[str, str] = {}          # axis named in this block -> its stage
-    return _apply_block(sched, sdef.body, knobs, owner, intrinsics or {}, top=True)
+    return _apply_block(sched, sdef.body, names, owner, intrinsics or {}, top=True)
+
+
+def _constant(node, consts: dict):
+    """A knob choice or default: a constant, possibly an integer expression of the target's
+    constants (``2 * lanes``)."""
+    v = _knob_expr(node, consts)
+    if isinstance(v, (Knob, KnobExpr)):
+        raise ScheduleError("a knob's choices and default are constants", node.span)
+    return v
 
 
 def _apply_block(sched: Schedule, body, knobs, owner, intrinsics, top=False) -> Schedule:
@@ -113,21 +136,34 @@ def _size_value(node, env) -> int:
 
 
 def _knob_expr(node, knobs):
-    """A condition or number over knobs as a `KnobExpr` (constants fold to values)."""
+    """A condition or number over knobs as a `KnobExpr` (constants fold to values).
+    ``knobs`` maps names to `Knob`s, or to the target's constants."""
     match node:
-        case ast.Name(n) if n in knobs:
+        case ast.Name(n) if isinstance(knobs.get(n), Knob):
             return Knob(n, node.span)
+        case ast.Name(n) if n in knobs:
+            return knobs[n]
         case ast.Binary(op, left, right):
-            return KnobExpr(op, (_knob_expr(left, knobs), _knob_expr(right, knobs)), node.span)
+            a, b = _knob_expr(left, knobs), _knob_expr(right, knobs)
+            if op in _INT_OPS and all(isinstance(x, int) and not isinstance(x, bool)
+                                      for x in (a, b)):
+                if op in ("//", "%") and b == 0:
+                    raise ScheduleError("division by zero", node.span)
+                return _INT_OPS[op](a, b)
+            return KnobExpr(op, (a, b), node.span)
         case ast.Unary(op, operand):
-            return KnobExpr("not" if op == "not" else "neg", (_knob_expr(operand, knobs),),
-                            node.span)
+            v = _knob_expr(operand, knobs)
+            if op == "-" and isinstance(v, (int, float)) and not isinstance(v, bool):
+                return -v
+            return KnobExpr("not" if op == "not" else "neg", (v,), node.span)
         case ast.Name(n):
             try:
                 return const_value(node, {})
             except TdslError:
+                known = sorted(k for k, v in knobs.items() if isinstance(v, Knob))
                 raise ScheduleError(f"'{n}' is not a knob of this schedule", node.span,
-                                    hint=f"knobs: {', '.join(sorted(knobs)) or 'none'}") \
+                                    hint=f"knobs: {', '.join(known) or 'none'}; target "
+                                         f"constants: lanes, registers, l1, l2") \
                     from None
     return const_value(node, {})
 
@@ -180,6 +216,9 @@ def _apply_call(sched: Schedule, st: ast.SchedCall, knobs, owner, intrinsics) ->
     if f == "cache_read":
         tensor, scope, readers = vals
         return sched.cache_read(tensor, scope, tuple(readers), names[0], span=span)
+    if f == "rfactor":
+        (stage, axis), factor = vals
+        return sched.rfactor(stage, axis, factor, names[0], span=span)
     if f == "cache_write":
         stage, scope = vals
         return sched.cache_write(stage, scope, names[0], span=span)

@@ -8,8 +8,9 @@ part of the gap with rules any stage can take:
 - a reduction whose innermost data axis ``j`` is contiguous in every load that uses it, and
   absent from at least one (matmul's ``A[i, k]``), runs ``i, k, j``: the accumulation goes
   into the output row, ``j`` innermost (legal: the output is initialised before ``k``);
-- the innermost data loop, when it is innermost and contiguous, is split by one vector
-  (64 bytes: 16 lanes of f32) and the inner part vectorized, if it is at least that long;
+- the innermost data loop, when it is innermost and contiguous, is split by one vector of
+  the target (its f32 lanes x 4 bytes: 16 f32 on AVX-512, 8 on AVX2) and the inner part
+  vectorized, if it is at least that long;
 - the outermost data loop runs in parallel when the stage does enough work; when its extent
   is small (a batch of 1) and a second data loop follows, the two are fused first.
 """
@@ -19,16 +20,18 @@ from . import te
 from .dtypes import to_numpy
 from .schedule import Schedule
 from .simplify import linear, simplify
+from ..target import as_target
 
 COSTLY = ("exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "erf", "pow", "sin", "cos")
-VECTOR_BYTES = 64
 MIN_PARALLEL_WORK = 4096        # elements; below this, threads cost more than they give
 SMALL_EXTENT = 16
 
 
-def default_schedule(fn: te.Function, shapes: dict[str, int] | None = None) -> Schedule:
+def default_schedule(fn: te.Function, shapes: dict[str, int] | None = None,
+                     target=None) -> Schedule:
     """``shapes``, when the sizes are known, lets the rules see extents (a short row is
-    not split into vectors)."""
+    not split into vectors); ``target`` (the host by default) gives the vector width."""
+    vector_bytes = as_target(target).lanes * 4
     env = {v: te.Const(int(shapes[v.name]), v.dtype) for v in fn.shape_vars
            if v.name in (shapes or {})}
     s = Schedule(fn)
@@ -37,7 +40,7 @@ def default_schedule(fn: te.Function, shapes: dict[str, int] | None = None) -> S
         if t.name not in outputs and _cheap_injective(t):
             s = s.compute_inline(t.name)
         else:
-            s = _schedule_stage(s, t, env)
+            s = _schedule_stage(s, t, env, vector_bytes)
     return s
 
 
@@ -68,7 +71,7 @@ def _contiguous(t: te.Tensor, v: te.Var) -> tuple[bool, bool]:
     return contiguous, broadcast
 
 
-def _schedule_stage(s: Schedule, t: te.Tensor, env: dict) -> Schedule:
+def _schedule_stage(s: Schedule, t: te.Tensor, env: dict, vector_bytes: int) -> Schedule:
     data = [iv for iv in t.op.axes]
     if not data:
         return s
@@ -87,7 +90,7 @@ def _schedule_stage(s: Schedule, t: te.Tensor, env: dict) -> Schedule:
     if red and contiguous and broadcast:
         s = s.reorder(name, *outer, *red, inner.var.name)
         innermost = True
-    lanes = max(1, VECTOR_BYTES // to_numpy(t.dtype).itemsize)
+    lanes = max(1, vector_bytes // to_numpy(t.dtype).itemsize)
     parallel_axis = outer[0] if outer else inner.var.name
     n = extents[-1]
     if innermost and contiguous and lanes > 1 and (n is None or n >= lanes):

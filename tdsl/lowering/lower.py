@@ -35,13 +35,14 @@ PIPELINE = [
 
 
 def lower(fn: te.Function, schedule: Schedule | None = None, config: dict | None = None,
-          shapes: dict[str, int] | None = None, *, verify: bool = False,
+          shapes: dict[str, int] | None = None, *, target=None, verify: bool = False,
           pipeline=None) -> LoweredFunc:
     """Lower ``fn`` under ``schedule`` (`default_schedule` when None; ``Schedule(fn)`` is the
     naive nest) with the tuner ``config`` for its knobs (defaults when None). ``shapes``
-    binds shape variables to constants; the others stay symbolic in ``shape_vars``."""
+    binds shape variables to constants; the others stay symbolic in ``shape_vars``.
+    ``target`` (the host by default) shapes the default schedule."""
     if schedule is None:
-        schedule = default_schedule(fn, shapes)
+        schedule = default_schedule(fn, shapes, target)
     verify = verify or os.environ.get("TDSL_VERIFY") == "1"
     dump = os.environ.get("TDSL_DUMP_IR") == "1"
     graph = apply_schedule.run(fn, schedule.resolve(config))

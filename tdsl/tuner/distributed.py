@@ -63,7 +63,8 @@ class DaskMeasurer:
         n = max(1, len(self.client.nthreads()))      # one chunk per worker
         chunks = [dict(configs[k::n]) for k in range(n) if configs[k::n]]
         futures = [self.client.submit(measure_chunk, task.template, task.shapes, chunk, key,
-                                      self._data[key], self.settings, pure=False)
+                                      self._data[key], self.settings, str(task.target),
+                                      pure=False)
                    for chunk in chunks]
         try:
             done = {}
@@ -87,9 +88,10 @@ _MEASURER: dict[tuple, LocalMeasurer] = {}   # at most one, for the settings las
 
 
 def measure_chunk(template, shapes: dict, configs: dict[int, dict], key: str, data,
-                  settings: dict) -> dict[int, MeasureResult]:
-    """Measure ``configs`` on this machine (a dask task). The measurer and its worker
-    processes stay for the next chunk; they are shut down when this process exits."""
+                  settings: dict, target: str = "c") -> dict[int, MeasureResult]:
+    """Measure ``configs`` on this machine (a dask task) for ``target``, a string resolved
+    here (``c`` is this worker's own CPU). The measurer and its worker processes stay for
+    the next chunk; they are shut down when this process exits."""
     with _LOCK:
         wanted = tuple(sorted(settings.items()))
         if wanted not in _MEASURER:
@@ -99,4 +101,4 @@ def measure_chunk(template, shapes: dict, configs: dict[int, dict], key: str, da
             _MEASURER[wanted] = LocalMeasurer(**settings)
         m = _MEASURER[wanted]
         directory = save_task_data(Path(m.tmp) / key, *data)
-        return m.measure_configs(template, shapes, configs, directory)
+        return m.measure_configs(template, shapes, configs, directory, target)

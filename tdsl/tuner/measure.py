@@ -34,12 +34,13 @@ from pathlib import Path
 
 import numpy as np
 
-from ..emit_c.build import HOST_FLAGS, BuildCache, BuildResult
+from ..emit_c.build import BuildCache, BuildResult
 from ..emit_c.c import CModule, emit_c
 from ..emit_c.kernel import Kernel
 from ..errors import CallError, ScheduleError, TdslError
 from ..lowering.loop_ir import LoweredFunc
 from ..lowering.lower import lower
+from ..target import Target, as_target
 from .log import machine_fingerprint
 from .workers import Worker, short, stop_all
 
@@ -70,17 +71,20 @@ class Built:
     func: LoweredFunc
     module: CModule
     library: BuildResult
+    target: Target
 
 
 # ------------------------------------------------------------------ jobs (in worker processes)
 
-def build_candidate(template, config: dict, shapes: dict, flags=HOST_FLAGS):
-    """Lower, print and compile one configuration: ``(status, Built | message, seconds)``."""
+def build_candidate(template, config: dict, shapes: dict, target: Target):
+    """Lower, print and compile one configuration for ``target``:
+    ``(status, Built | message, seconds)``."""
     start = time.perf_counter()
     try:
-        func = lower(template.fn, template, config, shapes)
-        module = emit_c(func)
-        status, value = "ok", Built(func, module, BuildCache().build(module.source, flags))
+        func = lower(template.fn, template, config, shapes, target=target)
+        module = emit_c(func, target=target)
+        library = BuildCache().build(module.source, target.flags, target.compiler)
+        status, value = "ok", Built(func, module, library, target)
     except ScheduleError as exc:
         status, value = "invalid", short(str(exc))
     except TdslError as exc:                 # gcc's errors are BuildErrors
@@ -98,7 +102,7 @@ def run_candidate(built: Built, data_dir: str, rtol: float, atol: float,
     """Warm up, check and time one built candidate: ``(status, seconds | None, message)``."""
     inputs, expected = load_task_data(data_dir)
     try:
-        kernel = Kernel(built.func, built.module, built.library)
+        kernel = Kernel(built.func, built.module, built.library, target=built.target)
         result = kernel(*inputs)            # the warm-up, with every argument check
     except (CallError, MemoryError, TdslError) as exc:
         return "run_error", None, short(f"{type(exc).__name__}: {exc}")
@@ -213,7 +217,6 @@ class LocalMeasurer:
         self.timeout, self.build_timeout = timeout, build_timeout
         self.min_seconds, self.repeats = min_seconds, repeats
         self.rtol, self.atol, self.seed = rtol, atol, seed
-        self.flags = HOST_FLAGS
         self.tmp = tempfile.mkdtemp(prefix="tdsl-measure-")
         self._builders: list[Worker] = []
         self._runner: list[Worker] = []      # zero or one
@@ -238,21 +241,23 @@ class LocalMeasurer:
         if not (directory / "expected.npy").exists():
             inputs = task.inputs(self.seed)
             save_task_data(directory, inputs, task.reference(inputs))
-        done = self.measure_configs(task.template, task.shapes, configs, str(directory))
+        done = self.measure_configs(task.template, task.shapes, configs, str(directory),
+                                    task.target)
         return [done[i] for i in indices]
 
     def measure_configs(self, template, shapes: dict, configs: dict[int, dict],
-                        data_dir: str) -> dict[int, MeasureResult]:
+                        data_dir: str, target: Target | str = "c") -> dict[int, MeasureResult]:
         """`measure` on plain data (what a remote worker is sent): ``configs`` maps indices
         to configurations, ``data_dir`` is one `save_task_data` wrote."""
         try:
-            builds = self._build_all(template, shapes, configs)
+            builds = self._build_all(template, shapes, configs, as_target(target))
             return {i: self._run(i, configs[i], builds[i], data_dir) for i in configs}
         except BaseException:
             self._kill_all()    # KeyboardInterrupt (or a bug here): no process left behind
             raise
 
-    def _build_all(self, template, shapes, configs: dict[int, dict]) -> dict[int, tuple]:
+    def _build_all(self, template, shapes, configs: dict[int, dict],
+                   target: Target) -> dict[int, tuple]:
         """Every build of the batch, in parallel, all done before any timing starts."""
         results: dict[int, tuple] = {}
         queue = deque()
@@ -268,7 +273,7 @@ class LocalMeasurer:
             for w in self._builders:
                 if queue and w not in busy:
                     i = queue.popleft()
-                    w.send("build", (template, configs[i], shapes, self.flags))
+                    w.send("build", (template, configs[i], shapes, target))
                     busy[w] = (i, time.monotonic())
             first = min(start for _, start in busy.values())
             wait([w.conn for w in busy],

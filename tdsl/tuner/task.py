@@ -20,6 +20,7 @@ from ..lowering.loop_ir import LoweredFunc
 from ..lowering.lower import lower
 from ..lowering.reference import evaluate as reference_evaluate
 from ..lowering.schedule import Schedule
+from ..target import as_target
 from .log import Workload
 from .space import ConfigSpace
 
@@ -33,7 +34,8 @@ class Task:
         self.shapes = dict(workload.shapes)
         self.attrs = dict(workload.attrs)
         self.op = load(workload.file)[workload.op]
-        self.template = template or self.op.schedule(workload.schedule, workload.target,
+        self.target = as_target(workload.target)
+        self.template = template or self.op.schedule(workload.schedule, self.target,
                                                      shapes=self.shapes, **self.attrs)
         self.fn = self.template.fn
         missing = [v.name for v in self.fn.shape_vars if v.name not in self.shapes]
@@ -44,7 +46,7 @@ class Task:
         self.flops = flop_count(self.fn, self.shapes)
 
     def lower(self, config: dict | None) -> LoweredFunc:
-        return lower(self.fn, self.template, config, self.shapes)
+        return lower(self.fn, self.template, config, self.shapes, target=self.target)
 
     def inputs(self, seed: int = 0) -> list:
         return random_inputs(self.fn, self.shapes, seed)

@@ -1,0 +1,367 @@
+"""`Target`: what code is generated for, as one value resolved once and passed down.
+
+A target is written as a string in the spirit of TVM's: a kind, then ``-key=value`` options.
+
+    c                          the host, detected (``-march=native``)
+    c -march=x86-64-v3         an ISA level (AVX2 + FMA), runnable on any host that has it
+    c -march=armv8-a           a cross build (aarch64-linux-gnu-gcc); its kernels build here
+                               and are refused when called on an x86 host
+    c -march=native -lanes=8   any fact may be overridden by hand
+
+It carries what schedules, the tuner and the emitters need: the float32 vector ``lanes``, the
+number of vector ``registers``, the ``l1``/``l2`` data-cache sizes in bytes, the C
+``compiler`` and its ``flags``. Schedule blocks read the first four by name
+(``split(C.j, lanes)``, ``require ti * tj // lanes <= registers - 2``).
+
+The ISA facts come from the compiler itself: ``CC -march=X -dM -E`` lists the macros it
+predefines for that ISA (``__AVX512F__``, ``__ARM_NEON``, ...), so a named CPU (``znver3``,
+``skylake-avx512``, ``cortex-a72``) needs no table of ours. The cache sizes come from the
+host's sysfs when the target is the host, else from `DEFAULT_L1`/`DEFAULT_L2`.
+
+Other kinds (``cuda``, ``opencl``, ``c-embedded``) register a resolver in `KINDS`.
+"""
+from __future__ import annotations
+
+import functools
+import os
+import platform
+import re
+import shlex
+import subprocess
+from dataclasses import dataclass, field
+
+from .errors import BuildError, TdslError
+
+DEFAULT_L1 = 32 * 1024          # bytes: the common L1d of x86 and Arm application cores
+DEFAULT_L2 = 512 * 1024         # bytes: a per-core L2 of that class (Zen 3, Cortex-A7x)
+
+# Prefixes of the compiler macros that name an instruction-set extension: a target whose
+# macros include one the host's ``-march=native`` lacks would die of SIGILL here.
+_ISA_MACROS = ("__SSE", "__AVX", "__FMA", "__BMI", "__F16C", "__POPCNT", "__LZCNT", "__MOVBE",
+               "__ADX", "__AES", "__PCLMUL", "__SHA", "__GFNI", "__VAES", "__VPCLMUL", "__AMX",
+               "__ARM_NEON", "__ARM_FEATURE_SVE", "__ARM_FEATURE_MVE", "__riscv_vector")
+
+# Cross compilers by the architecture a -march/-mcpu names (Debian's package names).
+_CROSS = (("armv8", "aarch64-linux-gnu-gcc"), ("armv9", "aarch64-linux-gnu-gcc"),
+          ("cortex-a5", "aarch64-linux-gnu-gcc"), ("cortex-a7", "aarch64-linux-gnu-gcc"),
+          ("neoverse", "aarch64-linux-gnu-gcc"), ("armv7", "arm-linux-gnueabihf-gcc"),
+          ("rv64", "riscv64-linux-gnu-gcc"), ("rv32", "riscv64-linux-gnu-gcc"))
+
+
+class TargetError(TdslError):
+    """A target string that does not parse, or names what this machine cannot build for."""
+    phase = "target error"
+
+
+class _ParsedFromString(type):
+    """``Target("c -march=x86-64-v3")`` parses, as TVM's ``Target("llvm -mcpu=...")`` does;
+    the field-by-field constructor is for resolvers."""
+    def __call__(cls, spec="c", *fields, **named):
+        if fields or named:
+            return super().__call__(spec, *fields, **named)
+        return as_target(spec)
+
+
+@dataclass(frozen=True)
+class Target(metaclass=_ParsedFromString):
+    """A resolved target: ``Target("c -march=x86-64-v3")``, ``Target()`` for the host;
+    ``str(target)`` gives back the canonical string."""
+    kind: str
+    options: tuple[tuple[str, str], ...]    # as written, sorted: the identity of the target
+    arch: str                               # "x86_64", "aarch64", "arm", "riscv64", ...
+    lanes: int                              # float32 lanes of one vector register
+    registers: int                          # vector (or, without SIMD, float) registers
+    l1: int                                 # bytes of L1 data cache (per core)
+    l2: int                                 # bytes of L2 cache (per core)
+    compiler: str
+    flags: tuple[str, ...]                  # compile flags, libraries excluded
+    isa: frozenset[str] = field(default=frozenset(), repr=False)   # ISA macros it uses
+    # GPU facts (0 on CPUs): threads per warp/wavefront, per block, shared memory per block
+    warp: int = 0
+    max_threads: int = 0
+    shared_bytes: int = 0
+
+    @staticmethod
+    def parse(spec: str) -> "Target":
+        return _parse(" ".join(str(spec).split()))
+
+    def __str__(self) -> str:
+        return " ".join([self.kind, *(f"-{k}={v}" for k, v in self.options)])
+
+    def constants(self) -> dict[str, int]:
+        """What schedule blocks may name: ``lanes``, ``registers``, ``l1``, ``l2`` (and on
+        GPUs ``warp``, ``max_threads``, ``shared_bytes``)."""
+        out = {"lanes": self.lanes, "registers": self.registers, "l1": self.l1, "l2": self.l2}
+        if self.warp:
+            out.update(warp=self.warp, max_threads=self.max_threads,
+                       shared_bytes=self.shared_bytes)
+        return out
+
+    def unrunnable_reason(self) -> str | None:
+        """Why kernels of this target cannot run on this machine, or None when they can."""
+        if self.kind != "c":
+            return None if self.kind in _RUNNABLE_KINDS else \
+                f"target '{self}' builds code for another machine"
+        if self.arch != host_arch():
+            return f"target '{self}' builds {self.arch} code and this machine is {host_arch()}"
+        missing = self.isa - _native_isa(self.compiler)
+        if missing:
+            names = ", ".join(sorted(m.strip("_").lower() for m in missing))
+            return f"target '{self}' uses instructions this CPU lacks ({names})"
+        return None
+
+    def peak_gflops(self, ghz: float | None = None, cores: int | None = None) -> float:
+        """The fp32 FMA peak: cores x 2 FMA units x lanes x 2 flops x GHz. The clock is the
+        host's reported maximum unless given (``tdsl target`` prints it)."""
+        ghz = ghz or host_ghz()
+        cores = cores or os.cpu_count() or 1
+        return cores * 2 * self.lanes * 2 * ghz
+
+    def describe(self) -> str:
+        lines = [f"target     {self}", f"arch       {self.arch}",
+                 f"lanes      {self.lanes} (float32 per vector)",
+                 f"registers  {self.registers} vector registers",
+                 f"l1         {self.l1 // 1024} KiB", f"l2         {self.l2 // 1024} KiB",
+                 f"compiler   {self.compiler} {' '.join(self.flags)}"]
+        if self.warp:
+            lines += [f"warp       {self.warp}", f"threads    {self.max_threads} per block",
+                      f"shared     {self.shared_bytes // 1024} KiB per block"]
+        if self.kind == "c":
+            why = self.unrunnable_reason()
+            lines.append(f"runs here  {'yes' if why is None else 'no: ' + why}")
+            if why is None:
+                lines.append(f"fp32 peak  {self.peak_gflops():.0f} GFLOP/s "
+                             f"({os.cpu_count()} cores x 2 FMA x {self.lanes} lanes x 2 x "
+                             f"{host_ghz():.2f} GHz)")
+        return "\n".join(lines)
+
+
+_RUNNABLE_KINDS: set[str] = set()     # non-C kinds whose kernels run in-process (GPU drivers)
+
+
+def as_target(target: "Target | str | None") -> Target:
+    """A `Target` from a string, a Target, or None (the host)."""
+    if isinstance(target, Target):
+        return target
+    return Target.parse("c" if target is None else target)
+
+
+# ----------------------------------------------------------------------------- parsing
+
+KINDS: dict = {}       # kind -> resolver(options: dict[str, str]) -> Target
+
+
+def register_kind(kind: str, runs_in_process: bool = False):
+    def deco(resolver):
+        KINDS[kind] = resolver
+        if runs_in_process:
+            _RUNNABLE_KINDS.add(kind)
+        return resolver
+    return deco
+
+
+@functools.lru_cache(maxsize=64)
+def _parse(spec: str) -> Target:
+    words = spec.split()
+    if not words:
+        raise TargetError("empty target string", hint=_KNOWN_HINT())
+    kind, options = words[0], {}
+    if kind not in KINDS:
+        raise TargetError(f"unknown target kind '{kind}'", hint=_KNOWN_HINT())
+    for word in words[1:]:
+        key, eq, value = word.lstrip("-").partition("=")
+        if not word.startswith("-") or not eq or not key or not value:
+            raise TargetError(f"target option '{word}' is not of the form -key=value",
+                              hint=f"e.g. '{kind} -march=x86-64-v3'")
+        if key in options:
+            raise TargetError(f"target option -{key} is given twice in '{spec}'")
+        options[key] = value
+    return KINDS[kind](options)
+
+
+def _KNOWN_HINT() -> str:
+    return ("targets: " + ", ".join(sorted(KINDS)) +
+            "; e.g. 'c', 'c -march=x86-64-v3', 'c -march=armv8-a'")
+
+
+def _int_option(options: dict, name: str, default: int) -> int:
+    value = options.get(name)
+    if value is None:
+        return default
+    try:
+        n = int(value)
+    except ValueError:
+        n = 0
+    if n <= 0:
+        raise TargetError(f"target option -{name} must be a positive integer, got '{value}'")
+    return n
+
+
+# Options of the C kinds, besides the ISA ones handed to the compiler.
+_C_OPTIONS = {"march", "mcpu", "mtune", "cc", "lanes", "registers", "l1", "l2"}
+
+
+@register_kind("c")
+def _resolve_c(options: dict) -> Target:
+    unknown = set(options) - _C_OPTIONS
+    if unknown:
+        raise TargetError(f"unknown option -{sorted(unknown)[0]} for target kind c",
+                          hint="options: " + ", ".join(f"-{o}" for o in sorted(_C_OPTIONS)))
+    if options.get("march") == "native":       # the default, named: the same target as "c"
+        del options["march"]
+    isa_flags = tuple(f"-{k}={options[k]}" for k in ("march", "mcpu", "mtune") if k in options)
+    if not any(f.startswith(("-march", "-mcpu")) for f in isa_flags):
+        isa_flags = ("-march=native",) + isa_flags
+    compiler = options.get("cc") or _compiler_for(options)
+    macros = compiler_macros(compiler, isa_flags)
+    arch = _arch_of(macros)
+    lanes, registers = _vector_facts(macros)
+    host = arch == host_arch() and compiler == "gcc"
+    l1, l2 = host_caches() if host else (DEFAULT_L1, DEFAULT_L2)
+    lanes = _int_option(options, "lanes", lanes)
+    registers = _int_option(options, "registers", registers)
+    flags = ["-O3", *isa_flags]
+    if arch == "x86_64" and lanes >= 8:
+        # prefer the target's own vector width: Intel's tunings prefer 256-bit vectors even
+        # with AVX-512, and a register tile sized for 32 zmm then spills (anchors.md)
+        flags.append(f"-mprefer-vector-width={lanes * 32}")
+    # -fno-math-errno -fno-trapping-math let gcc vectorize sqrt/floor/ceil/rint; they change
+    # no value, only errno and FP exception flags. -fwrapv: signed overflow wraps as numpy's
+    # integers do. -Werror=implicit-function-declaration: an undeclared call fails here, not
+    # at dlopen.
+    flags += ["-fno-math-errno", "-fno-trapping-math", "-fwrapv", "-fopenmp", "-shared",
+              "-fPIC", "-Werror=implicit-function-declaration"]
+    return Target("c", tuple(sorted(options.items())), arch, lanes, registers,
+                  _int_option(options, "l1", l1), _int_option(options, "l2", l2),
+                  compiler, tuple(flags), frozenset(m for m in macros if m.startswith(_ISA_MACROS)))
+
+
+def _compiler_for(options: dict) -> str:
+    isa = (options.get("march") or options.get("mcpu") or "native").lower()
+    for prefix, compiler in _CROSS:
+        if isa.startswith(prefix):
+            return compiler if host_arch() != _arch_from_compiler(compiler) else "gcc"
+    return "gcc"
+
+
+def _arch_from_compiler(compiler: str) -> str:
+    return {"aarch64": "aarch64", "arm": "arm", "riscv64": "riscv64"}.get(
+        compiler.split("-")[0], host_arch())
+
+
+def _arch_of(macros: frozenset[str]) -> str:
+    for macro, arch in (("__x86_64__", "x86_64"), ("__aarch64__", "aarch64"),
+                        ("__arm__", "arm"), ("__riscv", "riscv64"), ("__i386__", "i386")):
+        if macro in macros:
+            return arch
+    return host_arch()
+
+
+def _vector_facts(macros: frozenset[str]) -> tuple[int, int]:
+    """(float32 lanes, vector registers) of the widest vector unit the macros announce."""
+    if "__AVX512F__" in macros:
+        return 16, 32
+    if "__AVX__" in macros:
+        return 8, 16
+    if "__x86_64__" in macros or "__SSE2__" in macros:
+        return 4, 16
+    if "__aarch64__" in macros:
+        return 4, 32                     # NEON: 32 x 128-bit registers
+    if "__ARM_FEATURE_MVE" in macros:
+        return 4, 8                      # Helium (Cortex-M55/M85): 8 x 128-bit Q registers
+    if "__ARM_NEON" in macros:
+        return 4, 16                     # armv7 NEON: 16 Q registers
+    return 1, 16                         # no SIMD: scalar float registers
+
+
+@functools.lru_cache(maxsize=None)
+def compiler_macros(compiler: str, isa_flags: tuple[str, ...]) -> frozenset[str]:
+    """The macros ``compiler`` predefines for these ISA flags (defined ones only)."""
+    cmd = [compiler, *isa_flags, "-dM", "-E", "-x", "c", "-"]
+    try:
+        proc = subprocess.run(cmd, input="", capture_output=True, text=True, timeout=60)
+    except FileNotFoundError:
+        raise BuildError(f"the C compiler {compiler!r} is not installed",
+                         hint=_install_hint(compiler)) from None
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise BuildError(f"cannot run the C compiler {compiler!r}: {exc}") from None
+    if proc.returncode != 0:
+        said = [line for line in proc.stderr.splitlines() if "error" in line] or \
+            proc.stderr.strip().splitlines() or [""]
+        raise TargetError(f"{compiler} rejects {' '.join(isa_flags)}: {said[0]}",
+                          hint=f"check the option: {shlex.join(cmd[:-5])}")
+    return frozenset(m.group(1) for m in re.finditer(r"#define (\w+)", proc.stdout))
+
+
+def _install_hint(compiler: str) -> str:
+    if compiler.endswith("-gcc") and compiler != "gcc":
+        return f"install it: apt-get install {compiler.removesuffix('-gcc')}"
+    return "install gcc (apt-get install gcc), or name another with -cc=..."
+
+
+@functools.lru_cache(maxsize=None)
+def _native_isa(compiler: str) -> frozenset[str]:
+    native = "gcc" if compiler != "gcc" and _arch_from_compiler(compiler) != host_arch() \
+        else compiler
+    return frozenset(m for m in compiler_macros(native, ("-march=native",))
+                     if m.startswith(_ISA_MACROS))
+
+
+# ----------------------------------------------------------------------------- the host
+
+@functools.lru_cache(maxsize=None)
+def host_arch() -> str:
+    machine = platform.machine().lower()
+    return {"amd64": "x86_64", "arm64": "aarch64"}.get(machine, machine)
+
+
+@functools.lru_cache(maxsize=None)
+def host_caches() -> tuple[int, int]:
+    """(L1d, L2) bytes per core from sysfs, the defaults where it says nothing."""
+    found = {}
+    base = "/sys/devices/system/cpu/cpu0/cache"
+    try:
+        entries = os.listdir(base)
+    except OSError:
+        entries = []
+    for entry in entries:
+        try:
+            with open(f"{base}/{entry}/level") as f:
+                level = int(f.read())
+            with open(f"{base}/{entry}/type") as f:
+                kind = f.read().strip()
+            with open(f"{base}/{entry}/size") as f:
+                size = _parse_size(f.read().strip())
+        except (OSError, ValueError):
+            continue
+        if kind in ("Data", "Unified") and level in (1, 2):
+            found[level] = size
+    return found.get(1, DEFAULT_L1), found.get(2, DEFAULT_L2)
+
+
+def _parse_size(text: str) -> int:
+    units = {"K": 1024, "M": 1024 ** 2, "G": 1024 ** 3}
+    if text and text[-1].upper() in units:
+        return int(text[:-1]) * units[text[-1].upper()]
+    return int(text)
+
+
+@functools.lru_cache(maxsize=None)
+def host_ghz() -> float:
+    """The cores' maximum clock as the OS reports it (cpufreq, else /proc/cpuinfo)."""
+    try:
+        with open("/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq") as f:
+            return int(f.read()) / 1e6
+    except (OSError, ValueError):
+        pass
+    try:
+        with open("/proc/cpuinfo") as f:
+            mhz = [float(line.split(":")[1]) for line in f if line.startswith("cpu MHz")]
+        if mhz:
+            return max(mhz) / 1000
+    except (OSError, ValueError):
+        pass
+    return 2.0
+
+
+__all__ = ["Target", "TargetError", "as_target", "register_kind", "KINDS", "host_arch"]
