@@ -256,3 +256,22 @@ def test_tdsl_graph_prints_kernels_and_the_plan(capsys, tmp_path):
     assert '"peak_bytes"' in path.read_text()
     assert cli.main(["graph", str(EXAMPLES / "small_cnn.tdsl")]) == 1
     assert "give the size B with --shape" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------- epilogues in C
+
+@needs_gcc
+def test_vectorized_min_max_propagate_nan_like_numpy():
+    """Fused relu/clip epilogues are vector min/max (a compare-and-blend helper) and scalar
+    ones branch-free: both keep numpy's NaN semantics."""
+    op = tdsl.loads("op clip6(X: f32[N], Y: f32[N]) -> Z: f32[N] "
+                    "{ Z[i] = min(max(X[i], Y[i]), 6.0) }")["clip6"]
+    sched = op.schedule("naive").split("Z", "i", 16, outer="o", inner="l") \
+        .vectorize("Z", "l")
+    k = op.build(schedule=sched, shapes={"N": 40})
+    rng = np.random.default_rng(0)
+    x, y = rng.standard_normal(40).astype(np.float32) * 8, rng.standard_normal(40).astype(np.float32)
+    x[[3, 20, 37]] = np.nan
+    y[[5, 20, 38]] = np.nan
+    assert "tdsl_max_f32x16" in k.source
+    np.testing.assert_array_equal(k(x, y), np.minimum(np.maximum(x, y), np.float32(6.0)))
