@@ -8,7 +8,8 @@ onnxruntime and PyTorch where installed, in one run, with ratios.
 The ResNets are built with onnx's helper API (random weights; `tests/onnx_models.py`) and
 imported with `tdsl import`'s converter, so they need the onnx package. Machines here are
 shared and noisy: each figure is the best of several rounds, the variants timed in turn;
-read the ratios ("x unfused" = unfused time / fused time, > 1 means fusion wins).
+read the ratios ("x unfused" = unfused time / fused time, > 1 means fusion wins; "as
+written" is one kernel per op with no constant folding either, the graph without its passes).
 """
 from __future__ import annotations
 
@@ -89,16 +90,18 @@ def main(argv=None) -> int:
     if args.threads:
         os.environ["OMP_NUM_THREADS"] = str(args.threads)     # read when libgomp loads
     print(f"threads: {os.environ.get('OMP_NUM_THREADS', 'default')}")
-    print(f"{'model':<28}{'fused ms':>10}{'unfused':>10}{'ort':>10}{'x unfused':>11}"
-          f"{'x ort':>8}{'kernels':>9}{'peak/naive':>12}")
+    print(f"{'model':<28}{'fused ms':>10}{'unfused':>10}{'as written':>11}{'ort':>10}"
+          f"{'x unfused':>11}{'x written':>11}{'x ort':>8}{'kernels':>10}{'peak/naive':>12}")
     for name, g, params, shape, model in cases(args):
         x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
         fused = g.build(params=params)
         unfused = g.build(params=params, fuse=False)
+        written = g.build(params=params, fuse=False, fold=False)
         ref = g.reference(x, params=params)
-        for m in (fused, unfused):
+        for m in (fused, unfused, written):
             np.testing.assert_allclose(m(x), ref, rtol=1e-3, atol=1e-3)
-        runs = {"fused": timer(lambda: fused(x)), "unfused": timer(lambda: unfused(x))}
+        runs = {"fused": timer(lambda: fused(x)), "unfused": timer(lambda: unfused(x)),
+                "written": timer(lambda: written(x))}
         ort = ort_runner(model, x) if model is not None else None
         if ort is not None:
             runs["ort"] = timer(ort)
@@ -110,9 +113,9 @@ def main(argv=None) -> int:
         ms = {k: v * 1e3 for k, v in best.items()}
         ort_ms = f"{ms['ort']:10.2f}" if "ort" in ms else f"{'-':>10}"
         x_ort = f"{ms['ort'] / ms['fused']:8.2f}" if "ort" in ms else f"{'-':>8}"
-        print(f"{name:<28}{ms['fused']:10.2f}{ms['unfused']:10.2f}{ort_ms}"
-              f"{ms['unfused'] / ms['fused']:11.2f}{x_ort}"
-              f"{len(c.functions):>4}/{len(g.ir.nodes):<4}"
+        print(f"{name:<28}{ms['fused']:10.2f}{ms['unfused']:10.2f}{ms['written']:11.2f}{ort_ms}"
+              f"{ms['unfused'] / ms['fused']:11.2f}{ms['written'] / ms['fused']:11.2f}{x_ort}"
+              f"{len(c.functions):>5}/{len(g.ir.nodes):<4}"
               f"{c.plan.peak_bytes / max(c.plan.naive_bytes, 1):12.2f}")
     return 0
 

@@ -128,3 +128,33 @@ def test_tdsl_import_writes_the_graph_and_its_weights(tmp_path, capsys):
     assert set(weights) == set(g.params)
     assert cli.main(["import", str(tmp_path / "missing.onnx"), "-o", str(out)]) == 1
     assert "can't read" in capsys.readouterr().err
+
+
+@needs_gcc
+def test_pad_and_grouped_conv_as_shufflenet_uses_them():
+    """Constant Pad (opset 11 inputs), a grouped conv (group 2: neither std conv) and a
+    channel shuffle (Reshape -> Transpose -> Reshape), against onnxruntime."""
+    from onnx import numpy_helper
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(np.array([0, 0, 1, 2, 0, 0, 2, 1], np.int64), "pads"),
+             numpy_helper.from_array(np.array(0.5, np.float32), "pv"),
+             numpy_helper.from_array(rng.standard_normal((4, 2, 3, 3)).astype(np.float32), "w"),
+             numpy_helper.from_array(np.array([1, 2, 2, 6, 6], np.int64), "s5"),
+             numpy_helper.from_array(np.array([1, 4, 6, 6], np.int64), "s4")]
+    nodes = [helper.make_node("Pad", ["x", "pads", "pv"], ["p"]),
+             helper.make_node("Conv", ["p", "w"], ["c"], group=2, strides=[1, 1]),
+             helper.make_node("Reshape", ["c", "s5"], ["r5"]),
+             helper.make_node("Transpose", ["r5"], ["t5"], perm=[0, 2, 1, 3, 4]),
+             helper.make_node("Reshape", ["t5", "s4"], ["y"])]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                     [1, 4, 5, 5])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    text, params = convert_model(model, "net")
+    net = tdsl.loads(text)["net"]
+    x = input_for(model)
+    got = net.build(params=params)(x)
+    np.testing.assert_allclose(got, net.reference(x, params=params), rtol=1e-5, atol=1e-5)
+    want = run_onnx(model, x)
+    if want is not None:
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)

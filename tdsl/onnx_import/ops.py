@@ -261,3 +261,26 @@ def concat(cv, node, a):
     out = list(shapes[0])
     out[axis] = sum(s[axis] for s in shapes)
     cv.call(node.output[0], cv.op("concat", T.concat(shapes, axis)), ts, tuple(out))
+
+
+@converter("Pad", attrs=("mode", "pads", "value"))
+def pad(cv, node, a):
+    mode = a.get("mode", b"constant")
+    mode = mode.decode() if isinstance(mode, bytes) else mode
+    if mode != "constant":
+        raise cv.error(f"Pad mode '{mode}' (only 'constant' is supported)")
+    x = node.input[0]
+    s = cv.shape(x)
+    pads = a["pads"] if "pads" in a else cv.value(node.input[1]).tolist()
+    value = a.get("value", 0.0)
+    if _opt(node, 2):
+        value = float(cv.value(node.input[2]).reshape(()))
+    axes = list(range(len(s)))
+    if _opt(node, 3):
+        axes = [k % len(s) for k in cv.value(node.input[3]).tolist()]
+    begins, ends = [0] * len(s), [0] * len(s)
+    for j, ax in enumerate(axes):
+        begins[ax], ends[ax] = int(pads[j]), int(pads[j + len(axes)])
+    shape = tuple(n + b + e for n, b, e in zip(s, begins, ends))
+    t = cv.tensor(x)
+    cv.call(node.output[0], cv.op("pad", T.pad(list(s), begins, ends, value)), [t], shape)

@@ -210,3 +210,21 @@ def batch_matmul(a_shape, b_shape, out_shape) -> str:
     bk = ", ".join(x for x in (b_sub, f"k, {i[-1]}") if x)
     return (f"op {{name}}(A: {ty(a_shape)}, B: {ty(b_shape)}) -> Y: {ty(out_shape)} {{\n"
             f"    Y[{', '.join(i)}] = sum[k: {a_shape[-1]}](A[{ak}] * B[{bk}])\n}}\n")
+
+
+def pad(in_shape, begins, ends, value: float) -> str:
+    """Constant padding (negative pads crop)."""
+    out_shape = [n + b + e for n, b, e in zip(in_shape, begins, ends)]
+    i = idx(len(out_shape))
+    conds, subs = [], []
+    for k, (n, b) in enumerate(zip(in_shape, begins)):
+        sub = i[k] if b == 0 else f"{i[k]} - {b}" if b > 0 else f"{i[k]} + {-b}"
+        subs.append(sub)
+        if b > 0:
+            conds.append(f"{i[k]} >= {b}")
+        if n + b < out_shape[k]:
+            conds.append(f"{sub} < {n}")
+    load = f"X[{', '.join(subs)}]"
+    body = f"select({' and '.join(conds)}, {load}, {lit(value)})" if conds else load
+    return (f"op {{name}}(X: {ty(in_shape)}) -> Y: {ty(out_shape)} {{\n"
+            f"    Y[{', '.join(i)}] = {body}\n}}\n")
