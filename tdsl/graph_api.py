@@ -28,6 +28,7 @@ from .lowering.intrinsics import INTRINSICS
 from .lowering.lower import lower
 from .lowering.reference import evaluate
 from .target import Target, as_target
+from .tuner.log import Workload, best_record, read_log
 
 
 class Graph:
@@ -98,16 +99,20 @@ class Graph:
         return outs[0] if len(outs) == 1 else outs
 
     def build(self, target: Target | str = "c", params=None, fuse: bool = True,
-              fold: bool = True, shapes: dict | None = None, flags=None) -> "GraphModule":
+              fold: bool = True, shapes: dict | None = None, flags=None,
+              tuning_log=None) -> "GraphModule":
         """Compile for ``target`` (a `Target` or its string): one kernel per fused group
         (per op with ``fuse=False``), weight-only parts folded at build time (``fold=False``:
         not), the intermediates in one planned arena. ``shapes`` fixes sizes the inputs would
-        otherwise tell; ``flags`` are added to the target's compiler flags."""
+        otherwise tell; ``flags`` are added to the target's compiler flags; ``tuning_log``
+        (from tuning the fused kernels, `tdsl.tuner.fused_task`) gives each kernel the best
+        configuration it records on this machine (the schedule's defaults otherwise)."""
         target = as_target(target)
         if target.kind != "c":
             raise BuildError(f"graphs build for the host C target only, not '{target}'")
         weights = load_params(params, self.ir)
-        return GraphModule(self, weights, target, fuse, fold, dict(shapes or {}), flags)
+        return GraphModule(self, weights, target, fuse, fold, dict(shapes or {}), flags,
+                           tuning_log)
 
 
 class CompiledGraph:
@@ -118,6 +123,7 @@ class CompiledGraph:
     def __init__(self, graph: Graph, weights: dict, sizes: dict[str, int], fuse_ops: bool,
                  fold_consts: bool):
         ir, notes = graph.ir, ()
+        self.module = graph.module
         if fold_consts:
             ir, weights, notes = fold.run(ir, weights, _std_op, sizes)
         self.ir, self.weights, self.notes, self.sizes = ir, weights, notes, dict(sizes)
@@ -130,11 +136,16 @@ class CompiledGraph:
         self.kernels: list = []
         self.schedules: list[str] = []
 
-    def build(self, module, target: Target, flags) -> None:
+    def build(self, module, target: Target, flags, tuning_log=None) -> None:
+        records = read_log(tuning_log) if tuning_log is not None else []
         for f in self.functions:
             sched, how = _schedule_for(f, module, target)
+            best = best_record(records, fused_workload(module, self.ir.name, f, target)) \
+                if records else None
+            if best is not None:
+                how += " (tuned)"
             try:
-                func = lower(f.fn, sched, target=target)
+                func = lower(f.fn, sched, best["config"] if best else None, target=target)
             except ScheduleError as e:
                 # the anchor's schedule does not fit the fused function (a user's schedule
                 # naming a stage fusion removed): the automatic one always does
@@ -175,8 +186,10 @@ class GraphModule:
     ``module.compiled(...)`` is the `CompiledGraph` for the sizes of some inputs (its
     ``plan``, ``groups``, ``kernels``)."""
 
-    def __init__(self, graph: Graph, weights, target, fuse_ops, fold_consts, shapes, flags):
+    def __init__(self, graph: Graph, weights, target, fuse_ops, fold_consts, shapes, flags,
+                 tuning_log=None):
         self.graph = graph
+        self._tuning_log = tuning_log
         self._weights = weights
         self._target, self._fuse, self._fold, self._flags = target, fuse_ops, fold_consts, flags
         self._shapes = shapes
@@ -208,7 +221,7 @@ class GraphModule:
     def _prepare(self, sizes: dict[str, int], key=None):
         ir = self.graph.ir
         compiled = CompiledGraph(self.graph, self._weights, sizes, self._fuse, self._fold)
-        compiled.build(self.graph.module, self._target, self._flags)
+        compiled.build(self.graph.module, self._target, self._flags, self._tuning_log)
         arena = _aligned_empty(compiled.plan.peak_bytes)
         buffers = {}
         for name in ir.inputs:
@@ -238,6 +251,14 @@ class GraphModule:
 
 def _std_op(name: str):
     return std_program().resolve_op(name)
+
+
+def fused_workload(module, graph: str, f: compose.FusedFunction, target: Target) -> Workload:
+    """A fused kernel's identity in tuning logs: the graph's file, ``graph/op+op+...@out``,
+    the anchor op's sizes and attributes, the target."""
+    name = f"{graph}/{'+'.join(f.ops)}@{f.outputs[0]}"
+    return Workload.make(module.name, name, dict(f.anchor_sizes), dict(f.anchor.attrs),
+                         str(target))
 
 
 def _schedule_for(f: compose.FusedFunction, module, target: Target):

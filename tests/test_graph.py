@@ -275,3 +275,36 @@ def test_vectorized_min_max_propagate_nan_like_numpy():
     y[[5, 20, 38]] = np.nan
     assert "tdsl_max_f32x16" in k.source
     np.testing.assert_array_equal(k(x, y), np.minimum(np.maximum(x, y), np.float32(6.0)))
+
+
+# ---------------------------------------------------------------------------- tuning
+
+class _FavourLast:
+    """A fake measurer: the later a configuration's index, the faster (no timing here)."""
+
+    def measure(self, task, indices):
+        from tdsl.tuner.measure import MeasureResult
+        return [MeasureResult(i, task.space.config(i), "ok", 1.0 / (1 + i)) for i in indices]
+
+    def close(self):
+        pass
+
+
+@needs_gcc
+def test_a_fused_kernel_is_tuned_as_one_task_and_the_log_applies(tmp_path):
+    from tdsl.tuner.fused_task import fused_tasks
+    from tdsl.tuner.tune import tune
+    g = load("small_cnn")
+    p = g.random_params()
+    x = rand((1, 3, 32, 32))
+    c = g.build(params=p).compiled(x)
+    tasks = fused_tasks(c)
+    conv = next(t for t in tasks if "conv2d+bias_add+add+relu" in t.workload.op)
+    assert len(conv.space) > 1 and conv.fn is c.functions[3].fn
+    log = tmp_path / "net.jsonl"
+    result = tune(conv, 3, log, "random", _FavourLast(), batch_size=3, compare_numpy=False)
+    tuned = g.build(params=p, tuning_log=log)
+    kernel = tuned.compiled(x)
+    assert kernel.schedules[3] == "conv2d's (tuned)" and kernel.schedules[0] == "conv2d's"
+    assert result.best_config is not None
+    np.testing.assert_allclose(tuned(x), g.reference(x, params=p), **TOL)
