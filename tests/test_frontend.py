@@ -668,6 +668,10 @@ def test_schedules_and_graphs_parse_into_the_ast():
     mod = tdsl.loads("""
         import std
         op sq(X: f32[N]) -> Y: f32[N] { Y[i] = X[i] * X[i] }
+        op two(X: f32[B, K]) -> (P: f32[B, K], Q: f32[B, K]) {
+            P[b, k] = X[b, k]
+            Q[b, k] = -X[b, k]
+        }
         schedule sq for cpu as fast {
             knob t in [4, 8, 16] = 8
             io, ii = split(Y.i, t)
