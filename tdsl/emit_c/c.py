@@ -33,8 +33,9 @@ class CModule:
     prototype: str
 
 
-class HostC(CFamilyPrinter):
-    language = "host C"
+class GnuVectors:
+    """Vector spellings as GNU vector types (``vector_size``), which gcc and clang accept in
+    any C mode; shared by `HostC` and the embedded printer (where the CPU has vectors)."""
 
     def vector_type(self, dtype: str) -> str | None:
         """GNU vector types exist for power-of-two sizes of numeric elements; a bool vector
@@ -53,6 +54,10 @@ class HostC(CFamilyPrinter):
 
     def broadcast(self, dtype: str, value: str) -> str:
         return f"tdsl_bcast_{dtype}({value})"
+
+
+class HostC(GnuVectors, CFamilyPrinter):
+    language = "host C"
 
     lane_loop_pragmas = ["#pragma omp simd"]
 
