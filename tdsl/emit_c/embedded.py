@@ -44,6 +44,7 @@ class EmbeddedModule:
     """The ``.c``/``.h`` pair of one function, and what its arena and calls are."""
     name: str                  # the function's C name; the entry is ``{name}_run``
     entry: str
+    macro: str                 # prefix of the header's macros: ``{macro}_ARENA_BYTES``
     source: str
     header: str
     arena_bytes: int
@@ -164,7 +165,7 @@ class EmbeddedC(GnuVectors, CFamilyPrinter):
             parts += [piece, ""]
         parts += function
         header = self.header(math, "stdbool.h" in includes)
-        return EmbeddedModule(self.name, self.entry, "\n".join(parts) + "\n", header,
+        return EmbeddedModule(self.name, self.entry, self.macro, "\n".join(parts) + "\n", header,
                               self.plan.size, self.plan.naive_bytes, math,
                               self.func.params, self.func.num_inputs)
 

@@ -28,6 +28,7 @@ from .dtypes import INDEX, from_numpy, is_float, to_numpy
 from .loop_ir import (AddressOf, Allocate, Barrier, Broadcast, BufferLoad, Call, Evaluate, For,
                       If, LetStmt, LoweredFunc, Ramp, Seq, Store, split_dtype)
 from .lower import lower
+from .quantize import multiply_by_quantized_multiplier
 from .passes.flatten import alloc_size, strides_of
 from .schedule import Schedule
 from .simplify import linear
@@ -44,6 +45,7 @@ _MATH = {
     "rsqrt": lambda x: 1 / np.sqrt(x), "sigmoid": lambda x: 1 / (1 + np.exp(-x)),
     "erf": lambda x: np.asarray(_ERF(np.asarray(x, np.float64)), np.float64),
     "min": np.minimum, "max": np.maximum, "pow": np.power,
+    "requantize": multiply_by_quantized_multiplier,
 }
 _COMBINE = {"sum": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum}
 
