@@ -114,7 +114,12 @@ def cmd_emit(args) -> int:
 
 def cmd_target(args) -> int:
     """What tdsl knows of a target: lanes, registers, caches, compiler, peak."""
-    print(as_target(args.spec).describe())
+    target = as_target(args.spec)
+    print(target.describe())
+    if args.measure:
+        from .emit_c.peak import measure_peak_gflops
+        print(f"measured   {measure_peak_gflops(target):.0f} GFLOP/s fp32 FMA on all cores "
+              f"(a short loop of independent vector FMAs)")
     return 0
 
 
@@ -241,6 +246,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "machine): vector lanes, registers, caches, compiler flags, FMA peak")
     tg.add_argument("spec", nargs="?", default="c", metavar="TARGET",
                     help="e.g. 'c', 'c -march=x86-64-v3', 'c -march=armv8-a'")
+    tg.add_argument("--measure", action="store_true",
+                    help="also measure the fp32 FMA peak with a short loop on every core")
     tg.set_defaults(run=cmd_target)
 
     def op_command(name, help_text, run):

@@ -88,14 +88,6 @@ class Target(metaclass=_ParsedFromString):
     def __str__(self) -> str:
         return " ".join([self.kind, *(f"-{k}={v}" for k, v in self.options)])
 
-    def option(self, name: str, default: str | None = None) -> str | None:
-        return dict(self.options).get(name, default)
-
-    @property
-    def is_host(self) -> bool:
-        """Whether code for this target runs in this process (vs a cross build)."""
-        return self.kind == "c" and self.arch == host_arch()
-
     def constants(self) -> dict[str, int]:
         """What schedule blocks may name: ``lanes``, ``registers``, ``l1``, ``l2`` (and on
         GPUs ``warp``, ``max_threads``, ``shared_bytes``)."""
@@ -215,6 +207,8 @@ def _resolve_c(options: dict) -> Target:
     if unknown:
         raise TargetError(f"unknown option -{sorted(unknown)[0]} for target kind c",
                           hint="options: " + ", ".join(f"-{o}" for o in sorted(_C_OPTIONS)))
+    if options.get("march") == "native":       # the default, named: the same target as "c"
+        del options["march"]
     isa_flags = tuple(f"-{k}={options[k]}" for k in ("march", "mcpu", "mtune") if k in options)
     if not any(f.startswith(("-march", "-mcpu")) for f in isa_flags):
         isa_flags = ("-march=native",) + isa_flags

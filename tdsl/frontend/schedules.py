@@ -45,6 +45,7 @@ _SIGNATURES = {
     "compute_root": (0, ("stage",)),
     "cache_read": (1, ("stage", "str", "stages")),
     "cache_write": (1, ("stage", "str")),
+    "rfactor": (1, ("axis", "int")),
     "vectorize": (0, ("axis",)),
     "unroll": (0, ("axis",)),
     "parallel": (0, ("axis",)),
@@ -218,6 +219,9 @@ def _apply_call(sched: Schedule, st: ast.SchedCall, knobs, owner, intrinsics) ->
     if f == "cache_read":
         tensor, scope, readers = vals
         return sched.cache_read(tensor, scope, tuple(readers), names[0], span=span)
+    if f == "rfactor":
+        (stage, axis), factor = vals
+        return sched.rfactor(stage, axis, factor, names[0], span=span)
     if f == "cache_write":
         stage, scope = vals
         return sched.cache_write(stage, scope, names[0], span=span)
