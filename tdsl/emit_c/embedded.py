@@ -87,7 +87,7 @@ class EmbeddedC(GnuVectors, CFamilyPrinter):
         """GNU vectors no wider than the CPU's own (a schedule's 16-lane block is lane
         loops on a 4-lane NEON, for gcc to vectorize); none on a CPU without vectors."""
         scalar, lanes = split_dtype(dtype)
-        if lanes * element_size(scalar) > self.target.lanes * 4:
+        if self.target.lanes == 1 or lanes * element_size(scalar) > self.target.lanes * 4:
             return None
         return super().vector_type(dtype)
 

@@ -59,6 +59,24 @@ def compile_object(module: EmbeddedModule, target: Target | str, directory: str 
     return obj
 
 
+def compile_objects(modules, target: Target | str, directory: str | Path, flags=(),
+                    strict: bool = True) -> list[Path]:
+    """`compile_object` for several pairs in one compiler run (one process start)."""
+    target = as_target(target)
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    for module in modules:
+        (directory / f"{module.name}.c").write_text(module.source)
+        (directory / f"{module.name}.h").write_text(module.header)
+    cmd = [target.compiler, *target.flags, *(STRICT if strict else ()), *flags, "-c",
+           *(f"{m.name}.c" for m in modules)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=directory)
+    if proc.returncode != 0:
+        raise BuildError(f"{target.compiler} failed in {directory}:\n{proc.stderr.strip()}",
+                         hint=f"rerun there: {' '.join(cmd)}")
+    return [directory / f"{m.name}.o" for m in modules]
+
+
 def code_size(obj: Path, target: Target | str) -> CodeSize:
     tool = binutil(as_target(target), "size")
     out = subprocess.run([tool, str(obj)], capture_output=True, text=True, check=True).stdout

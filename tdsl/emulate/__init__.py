@@ -76,7 +76,7 @@ def is_bare_metal(target: Target) -> bool:
 
 
 def board_for(target: Target) -> Board:
-    cpu = (target.option("mcpu") or "cortex-m3").lower()
+    cpu = (dict(target.options).get("mcpu") or "cortex-m3").lower()
     board = BOARDS.get(cpu.split("+")[0])
     if board is None:
         raise BuildError(f"no emulated board for {cpu}",
