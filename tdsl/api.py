@@ -12,6 +12,7 @@ import warnings
 import numpy as np
 
 from .emit_c.kernel import build_kernel
+from .emulate import build_emulated
 from .errors import BuildError, CallError, ScheduleError
 from .frontend import ast, unparse
 from .frontend.program import OpDefinition, Program, load_program, program_from_text, \
@@ -30,7 +31,7 @@ from .target import Target, as_target
 from .tuner.log import Workload, best_record, read_log, records_for
 
 # target kind -> the function that builds a lowered function into a callable kernel
-BACKENDS = {"c": build_kernel}
+BACKENDS = {"c": build_kernel, "c-embedded": build_emulated}
 
 
 class Op:

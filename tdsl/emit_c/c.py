@@ -37,8 +37,9 @@ class CModule:
     prototype: str
 
 
-class HostC(CFamilyPrinter):
-    language = "host C"
+class GnuVectors:
+    """Vector spellings as GNU vector types (``vector_size``), which gcc and clang accept in
+    any C mode; shared by `HostC` and the embedded printer (where the CPU has vectors)."""
 
     def entry_name(self) -> str:
         """``tdsl_<op>_<digest>``: the library's only exported symbol (helpers are static)
@@ -68,6 +69,10 @@ class HostC(CFamilyPrinter):
 
     def broadcast(self, dtype: str, value: str) -> str:
         return f"tdsl_bcast_{dtype}({value})"
+
+
+class HostC(GnuVectors, CFamilyPrinter):
+    language = "host C"
 
     lane_loop_pragmas = ["#pragma omp simd"]
 

@@ -152,6 +152,11 @@ class CExpressionPrinter:
         args = [self.expr(a) for a in e.args]
         if name in ("min", "max"):
             return f"{self.helpers.min_max(dtype, name)}({args[0]}, {args[1]})", POSTFIX
+        if name == "requantize":
+            if len(args) != 3:
+                raise BuildError("requantize needs a constant scale to build",
+                                 hint="give the op's scale attributes values")
+            return f"{self.helpers.requantize()}({', '.join(args)})", POSTFIX
         if name == "abs" and not is_float(dtype):
             return f"{self.helpers.abs_int(dtype)}({args[0]})", POSTFIX
         if not is_float(dtype):

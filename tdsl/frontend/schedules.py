@@ -23,7 +23,10 @@ from . import ast
 from .exprs import const_value
 
 # the word after ``for`` in a schedule block -> the target kinds the block serves
-TARGETS = {"cpu": ("c",), "c": ("c",), "cuda": ("cuda",), "opencl": ("opencl",)}
+# (c-embedded takes the cpu blocks too: its printer runs parallel loops serially and prints
+# vector code only where the CPU has vectors; ``for embedded`` blocks serve it alone)
+TARGETS = {"cpu": ("c", "c-embedded"), "c": ("c",), "embedded": ("c-embedded",),
+           "cuda": ("cuda",), "opencl": ("opencl",)}
 
 
 def block_serves(block_target: str, kind: str) -> bool:
