@@ -13,6 +13,8 @@ import numpy as np
 
 from .emit_c.kernel import build_kernel
 from .emulate import build_emulated
+from .emit_cuda import build_cuda
+from .emit_opencl import build_opencl
 from .errors import BuildError, CallError, ScheduleError
 from .frontend import ast, unparse
 from .frontend.program import OpDefinition, Program, load_program, program_from_text, \
@@ -31,7 +33,8 @@ from .target import Target, as_target
 from .tuner.log import Workload, best_record, read_log, records_for
 
 # target kind -> the function that builds a lowered function into a callable kernel
-BACKENDS = {"c": build_kernel, "c-embedded": build_emulated}
+BACKENDS = {"c": build_kernel, "c-embedded": build_emulated, "cuda": build_cuda,
+            "opencl": build_opencl}
 
 
 class Op:

@@ -201,8 +201,10 @@ def vector_type_name(scalar: str, lanes: int) -> str:
 class Helpers:
     """The helpers one translation unit needs, in first-use order, each emitted once."""
 
-    def __init__(self, qualifier: str = "static inline"):
+    def __init__(self, qualifier: str = "static inline", native_math=None):
         self.qualifier = qualifier
+        # GPUs have fast exp/erf of their own: ``native_math(name, dtype)`` spells them
+        self.native_math = native_math
         self._texts: dict[str, str] = {}
 
     def _add(self, key: str, template: str, dtype: str = "i64", **extra) -> None:
@@ -241,12 +243,16 @@ class Helpers:
 
     def exp(self, dtype: str) -> str:
         """The exp to call: the vectorizable `_EXP_F32` for f32, libm's ``exp`` otherwise."""
+        if self.native_math is not None:
+            return self.native_math("exp", dtype)
         if dtype != "f32":
             return "exp"
         self._add("exp_f32", _EXP_F32, dtype)
         return "tdsl_exp_f32"
 
     def erf(self, dtype: str) -> str:
+        if self.native_math is not None:
+            return self.native_math("erf", dtype)
         if dtype != "f32":
             return "erf"
         self._add("erf_f32", _ERF_F32, dtype)
@@ -269,4 +275,9 @@ class Helpers:
 
     def render(self) -> list[str]:
         return list(self._texts.values())
+
+    def merge(self, other: "Helpers") -> None:
+        """Take the helpers ``other`` needs too (one translation unit, several printers)."""
+        for key, text in other._texts.items():
+            self._texts.setdefault(key, text)
 

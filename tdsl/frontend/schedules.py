@@ -24,9 +24,11 @@ from .exprs import const_value
 
 # the word after ``for`` in a schedule block -> the target kinds the block serves
 # (c-embedded takes the cpu blocks too: its printer runs parallel loops serially and prints
-# vector code only where the CPU has vectors; ``for embedded`` blocks serve it alone)
+# vector code only where the CPU has vectors; ``for embedded`` blocks serve it alone. ``gpu``
+# serves both GPU languages: thread bindings, shared memory and barriers mean the same in
+# CUDA and OpenCL)
 TARGETS = {"cpu": ("c", "c-embedded"), "c": ("c",), "embedded": ("c-embedded",),
-           "cuda": ("cuda",), "opencl": ("opencl",)}
+           "cuda": ("cuda",), "opencl": ("opencl",), "gpu": ("cuda", "opencl")}
 
 
 def block_serves(block_target: str, kind: str) -> bool:
@@ -268,6 +270,8 @@ def _arg(node, kind, st, knobs, owner):
             return node.value
         if isinstance(node, ast.Name):        # a bare word: "local" or local alike
             return node.id
+        if isinstance(node, ast.Member):      # a thread axis: threadIdx.x or "threadIdx.x"
+            return f"{node.base}.{node.attr}"
         raise ScheduleError("expected a name or a string here", node.span)
     v = _knob_expr(node, knobs)
     if isinstance(v, (Knob, KnobExpr)):

@@ -137,6 +137,9 @@ def _annotate(kind: ForKind, verb: str):
         st = _live_stage(g, d.stage, d.span)
         what = f"{verb} {d.axis}"
         _leaf(st, d.axis, what, d.span)
+        if st.kind[d.axis] == "reduce" and kind is ForKind.THREAD_BINDING:
+            _fail(st, what, f"it is a reduction axis, and binding one needs a cross-thread "
+                  f"reduction (threads would race on {st.name}); keep it serial", d.span)
         if st.kind[d.axis] == "reduce" and kind is not ForKind.UNROLLED:
             _fail(st, what, f"it is a reduction axis (iterations would race on {st.name})",
                   d.span)
