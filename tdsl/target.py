@@ -96,11 +96,6 @@ class Target(metaclass=_ParsedFromString):
         """Whether code for this target runs as kernels of threads in blocks (CUDA, OpenCL)."""
         return self.warp > 0
 
-    @property
-    def is_host(self) -> bool:
-        """Whether code for this target runs in this process (vs a cross build)."""
-        return self.kind == "c" and self.arch == host_arch()
-
     def constants(self) -> dict[str, int]:
         """What schedule blocks may name: ``lanes``, ``registers``, ``l1``, ``l2`` (and on
         GPUs ``warp``, ``max_threads``, ``shared_bytes``)."""
@@ -221,6 +216,8 @@ def _resolve_c(options: dict) -> Target:
     if unknown:
         raise TargetError(f"unknown option -{sorted(unknown)[0]} for target kind c",
                           hint="options: " + ", ".join(f"-{o}" for o in sorted(_C_OPTIONS)))
+    if options.get("march") == "native":       # the default, named: the same target as "c"
+        del options["march"]
     isa_flags = tuple(f"-{k}={options[k]}" for k in ("march", "mcpu", "mtune") if k in options)
     if not any(f.startswith(("-march", "-mcpu")) for f in isa_flags):
         isa_flags = ("-march=native",) + isa_flags
@@ -429,6 +426,72 @@ def host_ghz() -> float:
     except (OSError, ValueError):
         pass
     return 2.0
+
+
+# ----------------------------------------------------------------------------- c-embedded
+
+# Options of c-embedded besides the ISA ones: -mtriple names the toolchain (its compiler is
+# TRIPLE-gcc), -mfloat-abi the float ABI of an Arm CPU.
+_EMBEDDED_OPTIONS = {"march", "mcpu", "mtune", "mtriple", "mfloat-abi", "cc", "lanes",
+                     "registers", "l1", "l2"}
+
+
+@register_kind("c-embedded")
+def _resolve_c_embedded(options: dict) -> Target:
+    """Strict C99 for microcontrollers and small boards (tdsl/emit_c/embedded.py).
+
+    ``c-embedded`` alone is portable C built by the host's gcc at its default ISA;
+    ``-mcpu=cortex-m4`` (any Cortex-M) builds with arm-none-eabi-gcc in Thumb mode, with the
+    hardware float ABI where the compiler says the CPU has an FPU; ``-march=armv8-a``,
+    ``-march=armv7-a``, ``-march=rv64gc`` pick the Linux cross compilers as the ``c`` kind
+    does; ``-mtriple=riscv64-linux-gnu`` names a toolchain outright. Lanes and registers come
+    from the compiler's macros for those flags (no MVE/NEON: scalar code, one lane).
+    """
+    unknown = set(options) - _EMBEDDED_OPTIONS
+    if unknown:
+        raise TargetError(f"unknown option -{sorted(unknown)[0]} for target kind c-embedded",
+                          hint="options: " + ", ".join(f"-{o}" for o in
+                                                      sorted(_EMBEDDED_OPTIONS)))
+    isa_flags = tuple(f"-{k}={options[k]}" for k in ("march", "mcpu", "mtune") if k in options)
+    cpu = (options.get("mcpu") or options.get("march") or "").lower()
+    triple = options.get("mtriple")
+    cortex_m = cpu.startswith(("cortex-m", "armv6-m", "armv7-m", "armv7e-m", "armv8-m",
+                               "armv8.1-m")) or (triple or "").endswith("-eabi")
+    if options.get("cc"):
+        compiler = options["cc"]
+    elif triple:
+        compiler = f"{triple}-gcc"
+    elif cortex_m:
+        compiler = "arm-none-eabi-gcc"
+    elif isa_flags:
+        compiler = _compiler_for(options)
+    else:
+        compiler = "gcc"
+    if cortex_m:
+        isa_flags += ("-mthumb",)
+        abi = options.get("mfloat-abi")
+        if abi is None:             # hard float where the CPU has an FPU, as the compiler says
+            try:
+                compiler_macros(compiler, isa_flags + ("-mfloat-abi=hard",))
+                abi = "hard"
+            except TargetError:
+                abi = "soft"
+        isa_flags += (f"-mfloat-abi={abi}",)
+    elif "mfloat-abi" in options:
+        isa_flags += (f"-mfloat-abi={options['mfloat-abi']}",)
+    macros = compiler_macros(compiler, isa_flags)
+    arch = _arch_of(macros)
+    lanes, registers = _vector_facts(macros)
+    lanes = _int_option(options, "lanes", lanes)
+    registers = _int_option(options, "registers", registers)
+    # value-preserving options only (see _resolve_c); no OpenMP, no shared library: the
+    # output is a .c/.h pair the user's own build compiles
+    flags = ("-std=c99", "-O2", *isa_flags, "-fno-math-errno", "-fno-trapping-math",
+             "-fwrapv", "-ffunction-sections", "-fdata-sections",
+             "-Werror=implicit-function-declaration")
+    return Target("c-embedded", tuple(sorted(options.items())), arch, lanes, registers,
+                  _int_option(options, "l1", DEFAULT_L1), _int_option(options, "l2", DEFAULT_L2),
+                  compiler, flags, frozenset(m for m in macros if m.startswith(_ISA_MACROS)))
 
 
 __all__ = ["Target", "TargetError", "as_target", "register_kind", "KINDS", "host_arch"]

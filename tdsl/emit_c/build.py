@@ -22,6 +22,8 @@ import hashlib
 import json
 import os
 import platform
+import shlex
+import stat
 import subprocess
 import tempfile
 from dataclasses import dataclass
@@ -130,8 +132,9 @@ class BuildCache:
                 raise BuildError(f"cannot run the C compiler {compiler!r}: {exc}",
                                  hint=f"install {compiler}") from None
             if proc.returncode != 0:
+                # quoted: a path may hold $(...), ; or backquotes, and the line gets pasted
                 raise BuildError(f"{compiler} failed on {src}:\n{proc.stderr.strip()}",
-                                 hint=f"the source is kept; rerun: {' '.join(cmd)}")
+                                 hint=f"the source is kept; rerun: {shlex.join(cmd)}")
             digest = _sha256_file(Path(tmp))
             os.replace(tmp, lib)
             return digest
@@ -142,10 +145,17 @@ class BuildCache:
     def _ensure_root(self) -> None:
         try:
             self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
-            mode = self.root.stat().st_mode
+            st = self.root.stat()          # what a symlink points to, as it is what is used
+            mode = st.st_mode
         except OSError as exc:
             raise BuildError(f"cannot create the kernel cache {self.root}: {exc}",
                              hint="set TDSL_CACHE_DIR to a writable directory") from None
+        # as ssh's StrictModes: a directory someone else owns may hold their libraries,
+        # whose constructors would run in this process when loaded
+        if st.st_uid != os.getuid():
+            raise BuildError(f"the kernel cache {self.root} is owned by another user "
+                             f"(uid {st.st_uid}), so a library in it cannot be trusted",
+                             hint="set TDSL_CACHE_DIR to a directory of your own")
         if mode & 0o022:
             raise BuildError(f"the kernel cache {self.root} is writable by other users "
                              f"(mode {mode & 0o777:o}), so a library in it cannot be trusted",
@@ -159,7 +169,13 @@ def build_library(source: str, flags=None, cache: BuildCache | None = None,
 
 
 def _entry_is_valid(lib: Path, meta: Path) -> bool:
+    """An entry is used only if it is ours (files, not links, owned by this user) and the
+    library's hash is the one recorded when it was built; else it is rebuilt in place."""
     try:
+        for path in (lib, meta):
+            st = os.lstat(path)
+            if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid():
+                return False
         expected = json.loads(meta.read_text())["so_sha256"]
         return _sha256_file(lib) == expected
     except (OSError, ValueError, KeyError, TypeError):

@@ -52,8 +52,8 @@ class CFamilyPrinter(CExpressionPrinter):
         super().__init__(func.name)
         self.func = func
         self.target = as_target(target)
-        self.name = self.namer.fresh(sanitize(func.name, self.reserved))
         self.fixed = fixed_shapes(func, shapes or {})
+        self.name = self.namer.fresh(self.entry_name())
         inputs = func.params[:func.num_inputs]
         self.inputs = {id(b) for b in inputs}
         self.by_value = {id(b) for b in inputs if not b.shape}
@@ -69,6 +69,10 @@ class CFamilyPrinter(CExpressionPrinter):
             self.namer.bind(v, v.name)
 
     # ------------------------------------------------------------ hooks
+    def entry_name(self) -> str:
+        """The name of the function printed (the op's, made a C identifier)."""
+        return sanitize(self.func.name, self.reserved)
+
     def loop_pragmas(self, kind: ForKind, extent: te.Expr) -> list[str]:
         return []
 

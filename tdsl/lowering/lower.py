@@ -11,16 +11,19 @@
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 
 from . import te
 from .default_schedule import default_schedule
 from .loop_ir import LoweredFunc
+from .read_regions import reads
 from .passes import (apply_schedule, barriers, bounds_check, build_nests, flatten, partition,
                      simplify, unroll, vectorize, verify as verify_pass)
 from .schedule import Schedule
 from .thread_bindings import check as check_thread_bindings
+from .validate import check_sizes
 from ..target import as_target
 
 PIPELINE = [
@@ -47,6 +50,7 @@ def lower(fn: te.Function, schedule: Schedule | None = None, config: dict | None
     naive nest) with the tuner ``config`` for its knobs (defaults when None). ``shapes``
     binds shape variables to constants; the others stay symbolic in ``shape_vars``.
     ``target`` (the host by default) shapes the default schedule."""
+    check_sizes(fn)
     target = as_target(target)
     if schedule is None:
         schedule = default_schedule(fn, shapes, target)
@@ -56,6 +60,8 @@ def lower(fn: te.Function, schedule: Schedule | None = None, config: dict | None
     graph = apply_schedule.run(fn, directives)
     check_thread_bindings(graph, directives, target)
     func = build_nests.run(graph, shapes)
+    # what the algorithm reads, for the per-call region check of kernels and the interpreter
+    func = dataclasses.replace(func, attrs={**func.attrs, "reads": reads(fn)})
     _after("build_nests", func, dump, verify)
     if pipeline is None:
         pipeline = GPU_PIPELINE if target.is_gpu else PIPELINE

@@ -135,7 +135,8 @@ class Builder:
             st = g.stages[name]
             if st.attach == ("root",) and not st.is_output:
                 scope = "global" if st.scope in (None, "local") else st.scope
-                workspaces.append(self.buffer(name, st.dtype, st.shape, scope, st.align))
+                workspaces.append(self.buffer(name, st.dtype, padded_shape(st), scope,
+                                              st.align))
                 self.access[name] = Access(workspaces[-1])
         nests = [self.stage(g.stages[n], None, {}, dict(self.access))
                  for n in g.live() if g.stages[n].attach == ("root",)]
@@ -151,8 +152,9 @@ class Builder:
         """The loop nest of ``st``; ``region`` is ``[(min, extent)]`` per data dimension
         when it is computed at a consumer's loop, ``ranges`` the enclosing loops."""
         root_ext = {}
+        shape = padded_shape(st)
         for d, iv in enumerate(st.data):
-            root_ext[iv.var.name] = region[d][1] if region else self.bind(iv.extent)
+            root_ext[iv.var.name] = region[d][1] if region else self.bind(shape[d])
         for iv in st.reduce:
             root_ext[iv.var.name] = self.bind(iv.extent)
         ext, values, guards = _derive(st, root_ext, {a: self.fresh(st.name, a)
@@ -161,6 +163,8 @@ class Builder:
         absolute = [_add(region[d][0], r) for d, r in enumerate(rel)] if region else rel
         if region:      # the region may stick out of the tensor (a tail, a halo)
             for d, a in enumerate(absolute):
+                if d in st.pad:       # computed past the shape by the stage's own formula
+                    continue
                 if not (region[d][0] == te.Const(0, INDEX)
                         and region[d][1] == self.bind(st.data[d].extent)):
                     guards += [te.Compare(">=", a, te.Const(0, INDEX)),
@@ -281,8 +285,9 @@ class Builder:
         for v, (lo, e) in outer_ranges.items():
             ctx = ctx.with_loop(v, lo, e)
         region = []
+        shape = padded_shape(pst)
         for d in range(len(pst.shape)):
-            full = (te.Const(0, INDEX), self.bind(pst.shape[d]))
+            full = (te.Const(0, INDEX), self.bind(shape[d]))
             boxes = [B.relax(ld.indices[d], inner) for ld, inner in relaxed]
             if not boxes or None in boxes:
                 region.append(full)
@@ -299,12 +304,22 @@ class Builder:
                     region.append(full)
                     continue
                 ext = te.Const(top, INDEX)
-            if isinstance(ext, te.Const) and isinstance(full[1], te.Const) \
+            if d in pst.pad:          # not clipped to the shape; rounded up to the multiple
+                region.append((lo, simplify(te.Binary("*", ceil_div(ext, pst.pad[d]),
+                                                      te.Const(pst.pad[d], INDEX), INDEX))))
+            elif isinstance(ext, te.Const) and isinstance(full[1], te.Const) \
                     and ext.value >= full[1].value:
                 region.append(full)
             else:
                 region.append((lo, ext))
         return region
+
+
+def padded_shape(st: StageState) -> tuple:
+    """The stage's shape with its padded dimensions (`Pad`) rounded up to their multiples."""
+    return tuple(simplify(te.Binary("*", ceil_div(e, st.pad[d]), te.Const(st.pad[d], INDEX),
+                                    INDEX)) if d in st.pad else e
+                 for d, e in enumerate(st.shape))
 
 
 def _init_nest(st: StageState, loops, p: int, guards, store: Access, index) -> Stmt:
