@@ -26,7 +26,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from .arrays import input_shapes, random_arguments, random_array  # noqa: F401 (re-exported)
-from .emit_c.kernel import build_kernel
+from .api import BACKENDS
 from .emit_c.sanitized import run_sanitized
 from .errors import ScheduleError
 from .frontend.to_te import ranks_for_pack
@@ -35,6 +35,7 @@ from .lowering.default_schedule import default_schedule
 from .lowering.lower import lower
 from .lowering.passes import apply_schedule
 from .lowering.schedule import Schedule
+from .target import as_target
 
 
 @dataclass
@@ -82,6 +83,52 @@ def schedules(draw, fn: te.Function):
         if draw(st.booleans()):
             outer = f"{axis}_o" if axis == data[0] else data[0]
             sched, steps = sched.parallel(t.name, outer), steps + [f"parallel {outer}"]
+    return sched, steps
+
+
+GPU_FACTORS = [1, 2, 3, 5, 8, 16, 32, 64, 128]
+
+
+@st.composite
+def gpu_schedules(draw, fn: te.Function, target):
+    """A random legal GPU schedule for ``fn``: the automatic one, or random tiles and
+    bindings: each stage computed at root either has its data loops fused and split in
+    blocks of threads on x, or its last two data loops tiled over 2-D blocks (the loops
+    outside run in every thread); intermediates are inlined or computed at root at random."""
+    if draw(st.booleans()):
+        return default_schedule(fn, None, target), ["auto"]
+    sched, steps = Schedule(fn), []
+    for t in fn.stages():
+        if t in fn.outputs:
+            continue
+        if draw(st.booleans()) and not any(isinstance(e, te.Reduce)
+                                           for e in te.walk(t.op.body)):
+            sched, steps = sched.compute_inline(t.name), steps + [f"inline {t.name}"]
+    inlined = {d.stage for d in sched.directives}
+    for t in fn.stages():
+        data = [ax.var.name for ax in t.op.axes]
+        if t.name in inlined or not data:
+            continue
+        factors = [f for f in GPU_FACTORS if f <= target.max_threads]
+        if len(data) >= 2 and draw(st.booleans()):
+            fx, fy = draw(st.sampled_from(factors)), draw(st.sampled_from(factors))
+            if fx * fy > target.max_threads:
+                fy = max(1, target.max_threads // fx)
+            x, y = data[-2:]
+            sched = sched.tile(t.name, x, y, fx, fy, "bx", "by", "tx", "ty")
+            for axis, tag in (("bx", "blockIdx.y"), ("by", "blockIdx.x"),
+                              ("tx", "threadIdx.y"), ("ty", "threadIdx.x")):
+                sched = sched.bind(t.name, axis, tag)
+            steps.append(f"tile {t.name}.{x},{y} by {fx}x{fy}, bound to 2-D blocks")
+            continue
+        axis = data[0]
+        if len(data) > 1:
+            axis = "f"
+            sched = sched.fuse(t.name, *data, fused=axis)
+        factor = draw(st.sampled_from(factors))
+        sched = sched.split(t.name, axis, factor, "b", "t").bind(t.name, "b", "blockIdx.x") \
+            .bind(t.name, "t", "threadIdx.x")
+        steps.append(f"fuse {t.name}'s data loops, split by {factor}, bound to x")
     return sched, steps
 
 
@@ -154,8 +201,11 @@ def adversarial_schedules(draw, fn: te.Function, max_steps: int = 8):
 
 
 @st.composite
-def cases(draw, op, attrs: dict | None = None, max_size: int = 9, schedules_too=True):
+def cases(draw, op, attrs: dict | None = None, max_size: int = 9, schedules_too=True,
+          target="c"):
+    """``target``: a GPU target draws `gpu_schedules`, others `schedules`."""
     attrs = dict(attrs or {})
+    target = as_target(target)
     rank = draw(st.integers(1, 4))
     ranks = ranks_for_pack(op.ast, rank)
     fn = op.function(ranks, **attrs)
@@ -166,7 +216,8 @@ def cases(draw, op, attrs: dict | None = None, max_size: int = 9, schedules_too=
     rng = np.random.default_rng(seed)
     arrays = [random_array(s, t.dtype, rng) if s else random_array((), t.dtype, rng)[()]
               for s, t in zip(shapes, fn.inputs)]
-    sched, steps = draw(schedules(fn)) if schedules_too else (None, [])
+    strategy = gpu_schedules(fn, target) if target.is_gpu else schedules(fn)
+    sched, steps = draw(strategy) if schedules_too else (None, [])
     return Case(ranks, sizes, arrays, sched, steps)
 
 
@@ -182,7 +233,7 @@ def check_case(op, case: Case, attrs: dict | None = None, rtol=1e-4, atol=1e-4, 
     except ScheduleError:
         assume(False)           # an illegal combination: not a failure of the op
     got = run_sanitized(func, case.arrays, target) if sanitize else \
-        build_kernel(func, target=target)(*case.arrays)
+        _build(func, target)(*case.arrays)
     want = op.reference(*case.arrays, **attrs)
     got, want = (got, want) if isinstance(got, tuple) else ((got,), (want,))
     for g, w in zip(got, want):
@@ -191,6 +242,12 @@ def check_case(op, case: Case, attrs: dict | None = None, rtol=1e-4, atol=1e-4, 
             np.testing.assert_allclose(g, w, rtol=rtol, atol=atol)
         else:
             np.testing.assert_array_equal(g, w)
+
+
+def _build(func, target):
+    """The kernel of ``func`` for ``target`` through its backend (C, CUDA, OpenCL, ...)."""
+    target = as_target(target)
+    return BACKENDS[target.kind](func, target=target)
 
 
 def run_property_test(module, op_name: str | None, target: str, examples: int) -> int:
@@ -205,7 +262,7 @@ def run_property_test(module, op_name: str | None, target: str, examples: int) -
 
         @settings(max_examples=examples, deadline=None, database=None,
                   suppress_health_check=list(HealthCheck))
-        @given(cases(op))
+        @given(cases(op, target=target))
         def prop(case):
             check_case(op, case, target=target)
 

@@ -40,3 +40,19 @@ def test_opencl_matmul_at_sizes_no_tile_divides():
         a = rng.standard_normal((m, k), dtype=np.float32)
         b = rng.standard_normal((k, n), dtype=np.float32)
         np.testing.assert_allclose(kernel(a, b), a @ b, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("name", ["matmul", "softmax", "conv2d", "max_pool2d", "add",
+                                  "layer_norm", "transpose", "reduce_sum"])
+def test_random_gpu_schedules_match_reference_on_opencl(name):
+    """Random tiles and thread bindings (tdsl.testing.gpu_schedules) never change results."""
+    op = tdsl.stdlib[name]
+    attrs = ATTRS.get(name, {})
+
+    @settings(max_examples=3, deadline=None, database=None,
+              suppress_health_check=list(HealthCheck))
+    @given(tt.cases(op, attrs, max_size=9, target="opencl"))
+    def check(case):
+        tt.check_case(op, case, attrs, target="opencl")
+
+    check()

@@ -65,6 +65,12 @@ _MINMAX_FLOAT = """\
 {q} {t} tdsl_min_{d}({t} a, {t} b) {{ return tdsl_pick_nan_{d}(b < a ? b : a, b); }}
 {q} {t} tdsl_max_{d}({t} a, {t} b) {{ return tdsl_pick_nan_{d}(b > a ? b : a, b); }}"""
 
+# Without memcpy (OpenCL C has none) and where a branch costs nothing (GPUs compile the
+# select to one instruction): the same NaN-propagating results.
+_MINMAX_FLOAT_SELECT = """\
+{q} {t} tdsl_min_{d}({t} a, {t} b) {{ return (a <= b || a != a) ? a : b; }}
+{q} {t} tdsl_max_{d}({t} a, {t} b) {{ return (a >= b || a != a) ? a : b; }}"""
+
 _MINMAX_INT = """\
 {q} {t} tdsl_min_{d}({t} a, {t} b) {{ return a <= b ? a : b; }}
 {q} {t} tdsl_max_{d}({t} a, {t} b) {{ return a >= b ? a : b; }}"""
@@ -228,7 +234,8 @@ class Helpers:
             self._add(f"minmax_{dtype}", _MINMAX_VECTOR, scalar, v=v, vd=dtype, it=mask,
                       mv=f"tdsl_mask_{dtype}", bytes=int(lanes) * _SIZES[scalar])
             return f"tdsl_{name}_{dtype}"
-        self._add(f"minmax_{dtype}", _MINMAX_FLOAT if dtype in FLOATS else _MINMAX_INT, dtype,
+        floats = _MINMAX_FLOAT if self.native_math is None else _MINMAX_FLOAT_SELECT
+        self._add(f"minmax_{dtype}", floats if dtype in FLOATS else _MINMAX_INT, dtype,
                   u="uint32_t" if dtype == "f32" else "uint64_t")
         return f"tdsl_{name}_{dtype}"
 

@@ -4,7 +4,7 @@ without one is a `CallError` that says so.
 
     kernel = build_cuda(lowered_func, target="cuda -arch=sm_90")   # or op.build(target=...)
 """
-from .build import CudaSource, build_cuda, emit_cuda
+from .build import compile_cuda, load_cuda, CudaSource, build_cuda, emit_cuda
 from .printer import CudaPrinter
 
-__all__ = ["CudaPrinter", "CudaSource", "build_cuda", "emit_cuda"]
+__all__ = ["compile_cuda", "load_cuda", "CudaPrinter", "CudaSource", "build_cuda", "emit_cuda"]

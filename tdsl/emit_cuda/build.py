@@ -39,16 +39,27 @@ def emit_cuda(func: LoweredFunc, shapes: dict | None = None, target=None) -> Cud
     return CudaSource(host.name, source, prototypes)
 
 
-def build_cuda(func: LoweredFunc, *, shapes: dict | None = None, target=None, flags=(),
-               cache: BuildCache | None = None) -> DeviceKernel:
-    """Emit and compile with nvcc (through the build cache) and load the library; calling it
-    needs an NVIDIA GPU and driver, building does not."""
+def compile_cuda(func: LoweredFunc, shapes: dict | None = None, target=None, flags=(),
+                 cache: BuildCache | None = None):
+    """Emit and compile with nvcc (through the build cache): ``(module, built, source)``."""
     target = as_target(target or "cuda")
     if shutil.which(target.compiler) is None:
         raise BuildError(f"{target.compiler} is not installed: target '{target}' needs the "
                          f"CUDA toolkit", hint="install the CUDA toolkit (nvcc on PATH)")
     src = emit_cuda(func, shapes, target)
     built = (cache or BuildCache()).build(src.source, (*target.flags, *flags), target.compiler)
-    module = CModule(src.name, src.source, "", src.prototypes)
-    return DeviceKernel(func, module, built, fixed_shapes(func, shapes or {}), target,
-                        src.source, "CUDA")
+    return CModule(src.name, src.source, "", src.prototypes), built, src.source
+
+
+def load_cuda(func: LoweredFunc, module: CModule, built, target, source: str,
+              shapes: dict | None = None) -> DeviceKernel:
+    return DeviceKernel(func, module, built, fixed_shapes(func, shapes or {}),
+                        as_target(target), source, "CUDA")
+
+
+def build_cuda(func: LoweredFunc, *, shapes: dict | None = None, target=None, flags=(),
+               cache: BuildCache | None = None) -> DeviceKernel:
+    """Emit, compile with nvcc and load; calling the kernel needs an NVIDIA GPU and driver,
+    building does not."""
+    module, built, source = compile_cuda(func, shapes, target, flags, cache)
+    return load_cuda(func, module, built, target or "cuda", source, shapes)

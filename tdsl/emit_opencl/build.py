@@ -48,14 +48,27 @@ def emit_opencl(func: LoweredFunc, shapes: dict | None = None, target=None) -> O
     return OpenCLSource(name, kernels, source, prototypes)
 
 
-def build_opencl(func: LoweredFunc, *, shapes: dict | None = None, target=None, flags=(),
-                 cache: BuildCache | None = None) -> DeviceKernel:
-    """Emit, compile the host side with gcc (through the build cache), load it and let the
-    driver compile the kernels (a `BuildError` with its log if it refuses them)."""
+def compile_opencl(func: LoweredFunc, shapes: dict | None = None, target=None, flags=(),
+                   cache: BuildCache | None = None):
+    """Emit and compile the host side with gcc (through the build cache):
+    ``(module, built, kernel source)``, all picklable (the tuner's build workers)."""
     target = as_target(target or "opencl")
     src = emit_opencl(func, shapes, target)
     built = (cache or BuildCache()).build(src.host, (*target.flags, *flags), target.compiler,
                                           libs=(*LIBS, "-lOpenCL"))
-    module = CModule(src.name, src.host, "", src.prototypes)
-    return DeviceKernel(func, module, built, fixed_shapes(func, shapes or {}), target,
-                        src.kernels, "OpenCL")
+    return CModule(src.name, src.host, "", src.prototypes), built, src.kernels
+
+
+def load_opencl(func: LoweredFunc, module: CModule, built, target, kernels: str,
+                shapes: dict | None = None) -> DeviceKernel:
+    """Load a compiled library; the driver compiles the kernels now (a `BuildError` with
+    its log if it refuses them)."""
+    return DeviceKernel(func, module, built, fixed_shapes(func, shapes or {}),
+                        as_target(target), kernels, "OpenCL")
+
+
+def build_opencl(func: LoweredFunc, *, shapes: dict | None = None, target=None, flags=(),
+                 cache: BuildCache | None = None) -> DeviceKernel:
+    """Emit, compile, load: a kernel callable on numpy arrays."""
+    module, built, kernels = compile_opencl(func, shapes, target, flags, cache)
+    return load_opencl(func, module, built, target or "opencl", kernels, shapes)

@@ -15,7 +15,9 @@ PRELUDE = """\
 typedef char int8_t;
 typedef uchar uint8_t;
 typedef short int16_t;
+typedef ushort uint16_t;
 typedef int int32_t;
+typedef uint uint32_t;
 typedef long int64_t;
 typedef ulong uint64_t;
 #define INT64_MIN LONG_MIN

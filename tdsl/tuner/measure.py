@@ -34,9 +34,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ..emit_c.build import BuildCache, BuildResult
-from ..emit_c.c import CModule, emit_c
-from ..emit_c.kernel import Kernel
+from ..backends import compile_func, load_func
+from ..emit_c.build import BuildResult
+from ..emit_c.c import CModule
 from ..errors import CallError, ScheduleError, TdslError
 from ..lowering.loop_ir import LoweredFunc
 from ..lowering.lower import lower
@@ -72,6 +72,7 @@ class Built:
     module: CModule
     library: BuildResult
     target: Target
+    device_source: str = ""     # GPU targets: the kernels' source (CUDA, OpenCL C)
 
 
 # ------------------------------------------------------------------ jobs (in worker processes)
@@ -82,9 +83,8 @@ def build_candidate(template, config: dict, shapes: dict, target: Target):
     start = time.perf_counter()
     try:
         func = lower(template.fn, template, config, shapes, target=target)
-        module = emit_c(func, target=target)
-        library = BuildCache().build(module.source, target.flags, target.compiler)
-        status, value = "ok", Built(func, module, library, target)
+        module, library, device_source = compile_func(func, target)
+        status, value = "ok", Built(func, module, library, target, device_source)
     except ScheduleError as exc:
         status, value = "invalid", short(str(exc))
     except TdslError as exc:                 # gcc's errors are BuildErrors
@@ -102,7 +102,8 @@ def run_candidate(built: Built, data_dir: str, rtol: float, atol: float,
     """Warm up, check and time one built candidate: ``(status, seconds | None, message)``."""
     inputs, expected = load_task_data(data_dir)
     try:
-        kernel = Kernel(built.func, built.module, built.library, target=built.target)
+        kernel = load_func(built.func, built.module, built.library, built.target,
+                           built.device_source)
         result = kernel(*inputs)            # the warm-up, with every argument check
     except (CallError, MemoryError, TdslError) as exc:
         return "run_error", None, short(f"{type(exc).__name__}: {exc}")
