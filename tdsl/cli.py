@@ -98,10 +98,20 @@ def cmd_lower(args) -> int:
 def cmd_emit(args) -> int:
     op = _op_of(args)
     target = as_target(args.target)
-    if target.kind not in ("c", "c-embedded"):
-        raise TdslError(f"tdsl emit prints C; target '{target}' has no printer yet")
+    if target.kind not in ("c", "c-embedded", "cuda", "opencl"):
+        raise TdslError(f"tdsl emit prints C, CUDA and OpenCL; target '{target}' has no "
+                        f"printer yet")
     func = op.lower(args.schedule, parse_shapes(args.shape), target=target,
                     **parse_attrs(args.attr))
+    if target.kind == "cuda":
+        from .emit_cuda import emit_cuda
+        print(emit_cuda(func, target=target).source)       # kernels and launcher, one .cu
+        return 0
+    if target.kind == "opencl":
+        from .emit_opencl import emit_opencl
+        source = emit_opencl(func, target=target)
+        print(f"{source.kernels}\n/* ---- host side (C) ---- */\n{source.host}")
+        return 0
     if target.kind == "c-embedded":
         from .emit_c.embedded import emit_embedded
         module = emit_embedded(func, target=target)

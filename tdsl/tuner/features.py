@@ -70,10 +70,12 @@ FEATURE_NAMES: tuple[str, ...] = _names()
 
 
 def schedule_features(schedule: Schedule, config: dict | None = None,
-                      shapes: dict[str, int] | None = None) -> np.ndarray:
+                      shapes: dict[str, int] | None = None, target=None) -> np.ndarray:
     """The features of ``schedule.fn`` lowered under ``schedule`` with knob ``config`` and
-    sizes ``shapes``, through the cheap pipeline prefix `PIPELINE`."""
-    return feature_vector(lower(schedule.fn, schedule, config, shapes, pipeline=PIPELINE))
+    sizes ``shapes`` for ``target`` (the host by default; a GPU schedule's bindings are
+    refused on a CPU), through the cheap pipeline prefix `PIPELINE`."""
+    return feature_vector(lower(schedule.fn, schedule, config, shapes, target=target,
+                                pipeline=PIPELINE))
 
 
 def feature_vector(func: LoweredFunc) -> np.ndarray:

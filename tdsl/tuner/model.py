@@ -36,7 +36,8 @@ def knob_features(space: ConfigSpace, index: int) -> np.ndarray:
 def config_features(task, index: int) -> np.ndarray:
     """The feature vector of configuration ``index`` of ``task`` (a `Task`)."""
     config = task.space.config(index)
-    return np.concatenate([schedule_features(task.template, config, task.shapes),
+    return np.concatenate([schedule_features(task.template, config, task.shapes,
+                                             task.target),
                            knob_features(task.space, index)])
 
 
