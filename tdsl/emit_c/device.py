@@ -156,18 +156,30 @@ class HostLauncher:
         raise NotImplementedError
 
     # ------------------------------------------------------------ the function
-    def prototype(self, name: str) -> str:
+    def prototype(self, name: str, timed: bool = False) -> str:
+        """``timed``: the ``NAME_time`` variant, which runs the kernels ``tdsl_reps`` more
+        times after a warm-up, the data staying on the device, and stores the seconds of
+        one run (kernels only, no copies) in ``*tdsl_seconds``."""
         proto = self.host.prototype()
         head, _, params = proto.partition("(")
         params = params.rstrip(")")
         params = "" if params == "void" else params + ", "
+        if timed:
+            return (f"int {name}_time({params}int tdsl_reps, double* tdsl_seconds, "
+                    f"char* tdsl_err, int tdsl_errsz)")
         return f"int {name}({params}char* tdsl_err, int tdsl_errsz)"
 
-    def function(self, name: str) -> list[str]:
+    def sync(self) -> list[str]:
+        """Wait for the launched kernels (before reading a clock)."""
+        return []
+
+    def function(self, name: str, timed: bool = False) -> list[str]:
         h = self.host
         func = self.dev.func
         body = [f"const int64_t {h.namer.lookup(v)} = {n};" for v, n in h.fixed.items()]
         body += ["int tdsl_rc = 0;"]
+        if timed:
+            body += ["double tdsl_t0 = 0;"]
         for b in self.buffers:
             count = functools.reduce(mul, b.shape, te.Const(1, "i64"))
             body.append(f"const size_t {self.counts[id(b)]} = (size_t)({h.expr(count)}) * "
@@ -178,6 +190,7 @@ class HostLauncher:
         for b in self.buffers:
             host_ptr = h.namer.lookup(b) if id(b) in inputs else None
             body += self.allocate(b, self.handles[id(b)], self.counts[id(b)], host_ptr)
+        launches = []
         for k, kernel in enumerate(self.dev.kernels):
             args = []
             kfunc = kernel.as_function(func)
@@ -190,7 +203,13 @@ class HostLauncher:
                      if v not in h.fixed]
             grid = [h.expr(e) for e in kernel.grid()]
             block = [h.expr(e) for e in kernel.block()]
-            body += self.launch(k, kernel, args, grid, block)
+            launches += self.launch(k, kernel, args, grid, block)
+        body += launches
+        if timed:
+            body += [*self.sync(), "tdsl_t0 = tdsl_now();",
+                     "for (int tdsl_r = 0; tdsl_r < tdsl_reps; ++tdsl_r) {",
+                     *indent(launches), "}", *self.sync(),
+                     "*tdsl_seconds = (tdsl_now() - tdsl_t0) / (tdsl_reps > 0 ? tdsl_reps : 1);"]
         for b in func.params[func.num_inputs:]:
             body += self.copy_out(b, self.handles[id(b)], self.counts[id(b)],
                                   h.namer.lookup(b))
@@ -199,7 +218,17 @@ class HostLauncher:
         for b in self.buffers:
             body += self.release(self.handles[id(b)])
         body += ["return tdsl_rc;"]
-        return [f"{self.prototype(name)} {{", *indent(body), "}"]
+        return [f"{self.prototype(name, timed)} {{", *indent(body), "}"]
+
+
+# a monotonic clock for the timed entry (host code of both languages)
+NOW = """\
+#include <time.h>
+static double tdsl_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}"""
 
 
 def c_string(text: str) -> str:
