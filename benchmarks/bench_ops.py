@@ -5,6 +5,8 @@
     python benchmarks/bench_ops.py --tune 64 --log tuned.jsonl conv    # tuned first (gbt)
     python benchmarks/bench_ops.py --log tuned.jsonl                   # apply an earlier log
     python benchmarks/bench_ops.py --target "c -march=x86-64-v3"       # another target
+    python benchmarks/bench_ops.py --target opencl     # OpenCL (PoCL here) beside tdsl's C
+    python benchmarks/bench_ops.py --target cuda       # CUDA beside PyTorch's cuBLAS/cuDNN
 
 Machines here are shared and noisy: read the ratios, not the absolute times. tdsl, numpy and
 PyTorch are timed in turn, three rounds; each figure is the best round's median of repeats
@@ -175,6 +177,8 @@ def main(argv):
     if args.tune and not args.log:
         p.error("--tune needs --log")
     target = tdsl.Target(args.target)
+    if target.is_gpu:
+        return gpu_main(args, target)
     if target.unrunnable_reason():
         p.error(target.unrunnable_reason())
     peak = measure_peak_gflops(target)
@@ -213,6 +217,76 @@ def main(argv):
                 rate += f" ({100 * work / t / 1e9 / peak:.0f}% of peak)"
         print(f"{name:28} {t * 1e3:9.3f} {_ms(tn)} {_ms(tt)} {_ratio(tn, t)} {_ratio(tt, t)} "
               f"{rate:>12}", flush=True)
+
+
+# ---------------------------------------------------------------------------- GPU targets
+
+def gpu_cases(target):
+    """(name, flops, op, arrays, attrs, torch function or None). On OpenCL (PoCL on a CPU
+    here) sizes small enough for a CPU; on CUDA matmul 4096 and ResNet-18's 3x3 convs."""
+    std = tdsl.stdlib
+    sizes = (256, 512) if target.kind == "opencl" else (1024, 4096)
+    for n in sizes:
+        yield f"matmul {n}", 2 * n ** 3, std["matmul"], (rand(n, n), rand(n, n)), {}, \
+            lambda a, b: a @ b
+    convs = ((64, 56),) if target.kind == "opencl" else ((64, 56), (128, 28), (256, 14),
+                                                          (512, 7))
+    for c, hw in convs:
+        yield (f"conv2d {c}x{hw}x{hw}->{c}", 2 * c * c * 9 * hw * hw, std["conv2d"],
+               (rand(1, c, hw, hw), rand(c, c, 3, 3)), {"padding": 1},
+               lambda x, w: torch.nn.functional.conv2d(x, w, padding=1))
+
+
+def _torch_cuda_seconds(fn, arrays) -> float | None:
+    """cuBLAS/cuDNN through PyTorch, data on the GPU, timed with CUDA events."""
+    if torch is None or not torch.cuda.is_available():
+        return None
+    dev = [torch.from_numpy(a).cuda() for a in arrays]
+    torch.backends.cuda.matmul.allow_tf32 = False      # fp32 against fp32
+    torch.backends.cudnn.allow_tf32 = False
+    fn(*dev)
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    reps = 20
+    start.record()
+    for _ in range(reps):
+        fn(*dev)
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) / 1e3 / reps
+
+
+def gpu_main(args, target) -> int:
+    """Kernel times with the data on the device (no copies): tdsl's GPU kernels beside
+    tdsl's own C build on this CPU (OpenCL: what the OpenCL path costs when the device is
+    the CPU, PoCL) and beside PyTorch on the GPU (CUDA: cuBLAS, cuDNN), ratios > 1 meaning
+    tdsl's GPU build is faster."""
+    host = tdsl.Target("c")
+    print(f"target: {target} (warp {target.warp}, {target.max_threads} threads, "
+          f"{target.shared_bytes // 1024} KiB shared per block)")
+    print(f"{'case':28} {target.kind + ' ms':>10} {'C ms':>9} {'torch ms':>9} "
+          f"{'C/' + target.kind:>9} {'torch/tdsl':>10} {'tdsl rate':>14}")
+    for name, work, op, arrays, attrs, torch_fn in gpu_cases(target):
+        if args.filters and not any(f in name for f in args.filters):
+            continue
+        shapes = op.sizes_of(*arrays, **attrs)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            kernel = op.build(target=target, shapes=shapes, tuning_log=args.log, **attrs)
+        out = kernel(*arrays)                       # checked once, with the copies
+        np.testing.assert_allclose(out, op.reference(*arrays, **attrs), rtol=2e-3, atol=2e-3)
+        t = min(kernel.device_seconds(*arrays, reps=3 if target.kind == "opencl" else 20)
+                for _ in range(ROUNDS))
+        tc = None
+        if target.kind == "opencl":                  # the same op built as C for this CPU
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                ckernel = op.build(target=host, shapes=shapes, **attrs)
+            tc = min(timeit(lambda: ckernel(*arrays)) for _ in range(ROUNDS))
+        tt = _torch_cuda_seconds(torch_fn, arrays) if target.kind == "cuda" else None
+        print(f"{name:28} {t * 1e3:10.3f} {_ms(tc)} {_ms(tt)} {_ratio(tc, t)} "
+              f"{_ratio(tt, t):>10} {work / t / 1e9:9.1f} GFLOP/s", flush=True)
+    return 0
 
 
 def _ms(t):

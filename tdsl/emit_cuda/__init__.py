@@ -6,5 +6,6 @@ without one is a `CallError` that says so.
 """
 from .build import compile_cuda, load_cuda, CudaSource, build_cuda, emit_cuda
 from .printer import CudaPrinter
+from .probe import unavailable_reason
 
-__all__ = ["compile_cuda", "load_cuda", "CudaPrinter", "CudaSource", "build_cuda", "emit_cuda"]
+__all__ = ["unavailable_reason", "compile_cuda", "load_cuda", "CudaPrinter", "CudaSource", "build_cuda", "emit_cuda"]
