@@ -17,6 +17,7 @@ subclass spells each step in its API.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 from ..errors import BuildError
@@ -50,6 +51,13 @@ class DeviceKernelPrinter(CFamilyPrinter):
                 0 < extent.value <= 64:
             return [f"#pragma unroll {extent.value}"]
         return []
+
+    def bind_thread(self, s) -> list[str]:
+        """A virtual thread is a loop in each thread (latency hiding by interleaving is the
+        compiler's, from the unrolled copies): printed as a serial loop."""
+        if s.thread_tag == "vthread":
+            return self.visit_For(dataclasses.replace(s, kind=ForKind.SERIAL, thread_tag=None))
+        return super().bind_thread(s)
 
     def thread_guard_needed(self, loop) -> bool:
         end = te.Binary("+", loop.min, loop.extent, loop.min.dtype)
