@@ -48,6 +48,7 @@ _SIGNATURES = {
     "cache_read": (1, ("stage", "str", "stages")),
     "cache_write": (1, ("stage", "str")),
     "rfactor": (1, ("axis", "int")),
+    "set_scope": (0, ("stage", "str")),
     "vectorize": (0, ("axis",)),
     "unroll": (0, ("axis",)),
     "parallel": (0, ("axis",)),
@@ -232,6 +233,9 @@ def _apply_call(sched: Schedule, st: ast.SchedCall, knobs, owner, intrinsics) ->
     if f == "cache_read":
         tensor, scope, readers = vals
         return sched.cache_read(tensor, scope, tuple(readers), names[0], span=span)
+    if f == "set_scope":
+        stage, scope = vals
+        return sched.set_scope(stage, scope, span=span)
     if f == "rfactor":
         (stage, axis), factor = vals
         return sched.rfactor(stage, axis, factor, names[0], span=span)

@@ -33,6 +33,7 @@ The directives, and the loop nest each makes (``i`` of extent ``E``):
 - ``CacheRead(T, scope, readers)``: a new stage ``T.scope[...] = T[...]`` read by ``readers``.
 - ``CacheWrite(C, scope)``: C's computation moves to a new stage ``C.scope``; C copies it.
   Must come before C's loops are transformed.
+- ``SetScope(P, scope)``: P's buffer in ``global``, ``shared`` or ``local`` memory.
 - ``Vectorize``/``Unroll``/``Parallel``/``Bind``: the loop's kind. Vectorizing or
   parallelizing a reduction loop is refused (lanes/threads would race on the accumulator).
   A vectorized loop whose extent is not a compile-time constant, or whose body is not
@@ -382,8 +383,19 @@ class When:
         object.__setattr__(self, "otherwise", tuple(self.otherwise))
 
 
+@dataclass(frozen=True)
+class SetScope:
+    """The memory ``stage``'s buffer lives in (TVM's ``set_scope``): ``shared`` makes a stage
+    computed at a block's loop one buffer for the block's threads (the partial results of a
+    reduction split over threads, say), ``local`` one per thread."""
+    stage: str
+    scope: str
+    span: Span | None = _span()
+
+
 DIRECTIVES = (Split, Tile, Fuse, Reorder, ComputeAt, ComputeInline, ComputeRoot, CacheRead,
-              CacheWrite, Vectorize, Unroll, Parallel, Bind, StorageAlign, Tensorize, Pack, Pad)
+              CacheWrite, Vectorize, Unroll, Parallel, Bind, StorageAlign, Tensorize, Pack, Pad,
+              SetScope)
 SCOPES = ("global", "shared", "local")
 THREAD_TAGS = ("blockIdx.x", "blockIdx.y", "blockIdx.z", "threadIdx.x", "threadIdx.y",
                "threadIdx.z", "vthread")
@@ -470,6 +482,9 @@ class Schedule:
 
     def rfactor(self, stage, axis, factor, name=None, span=None) -> "Schedule":
         return self._with(RFactor(stage, axis, factor, name, span))
+
+    def set_scope(self, stage, scope, span=None) -> "Schedule":
+        return self._with(SetScope(stage, scope, span))
 
     def vectorize(self, stage, axis, span=None) -> "Schedule":
         return self._with(Vectorize(stage, axis, span))

@@ -392,6 +392,16 @@ def _tensorize(g: StageGraph, d: S.Tensorize) -> None:
     st.tensorize = (d.axis, d.intrinsic, d.span)
 
 
+def _set_scope(g: StageGraph, d: S.SetScope) -> None:
+    st = _live_stage(g, d.stage, d.span)
+    if d.scope not in S.SCOPES:
+        _fail(st, f"set_scope {d.scope!r}", f"scopes are: {', '.join(S.SCOPES)}", d.span)
+    if st.is_output:
+        _fail(st, f"set_scope {d.scope}", f"{st.name} is an output: it lives in the "
+              f"caller's array", d.span)
+    st.scope = d.scope
+
+
 _HANDLERS = {
     S.Split: _split, S.Tile: _tile, S.Fuse: _fuse, S.Reorder: _reorder,
     S.ComputeAt: _compute_at, S.ComputeInline: _compute_inline, S.ComputeRoot: _compute_root,
@@ -401,5 +411,5 @@ _HANDLERS = {
     S.Parallel: _annotate(ForKind.PARALLEL, "parallel"),
     S.Bind: _annotate(ForKind.THREAD_BINDING, "bind"),
     S.StorageAlign: _storage_align, S.Tensorize: _tensorize, S.Pack: layout.pack,
-    S.Pad: layout.pad,
+    S.Pad: layout.pad, S.SetScope: _set_scope,
 }

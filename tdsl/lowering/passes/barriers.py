@@ -18,7 +18,10 @@ After:
   guard: a cooperative load fills the tile for every thread of the block, and its own
   accesses are guarded by their own bounds (the in-bounds pass runs after this one).
 
-Thread-bound loops and allocations are transparent: they are not loops on a GPU.
+Thread-bound loops and allocations are transparent: they are not loops on a GPU. Inside
+the loops bound to every thread axis a kernel uses, a shared buffer that is only ever
+accessed at one index in which each thread variable is a whole component (``P[0, tx]``)
+is private to the thread there: its accesses need no barrier among themselves.
 """
 from __future__ import annotations
 
@@ -26,13 +29,49 @@ import dataclasses
 
 from .. import te
 from ..device import accesses
-from ..loop_ir import (Allocate, Barrier, For, ForKind, If, LetStmt, LoweredFunc, Seq, Stmt,
-                       walk_stmt)
+from ..loop_ir import (Allocate, Barrier, BufferLoad, For, ForKind, If, LetStmt, LoweredFunc,
+                       Seq, Stmt, Store, walk_stmt)
 
 
 def run(func: LoweredFunc) -> LoweredFunc:
-    items, _ = _block(_as_list(func.body), _State())
+    tags = frozenset(s.thread_tag for s in walk_stmt(func.body) if isinstance(s, For)
+                     and s.kind is ForKind.THREAD_BINDING
+                     and (s.thread_tag or "").startswith("threadIdx"))
+    items, _ = _block(_as_list(func.body), _State(), _Ctx(tags, {}, frozenset()))
     return dataclasses.replace(func, body=_lift_guards(_wrap(items)))
+
+
+class _Ctx:
+    """The threadIdx tags the function uses, the enclosing thread loops' variables by tag,
+    and the shared buffers (ids) private to the thread here."""
+    def __init__(self, tags, threads: dict, private: frozenset):
+        self.tags, self.threads, self.private = tags, threads, private
+
+    def enter(self, loop: For) -> "_Ctx":
+        if not (loop.thread_tag or "").startswith("threadIdx"):
+            return self
+        threads = {**self.threads, loop.thread_tag: loop.var}
+        if set(threads) != set(self.tags):
+            return _Ctx(self.tags, threads, self.private)
+        return _Ctx(self.tags, threads, self.private | _private(loop.body, threads.values()))
+
+
+def _private(body: Stmt, thread_vars) -> frozenset:
+    """Shared buffers accessed in ``body`` at a single index holding every thread variable
+    as a whole component (so no two threads touch one element)."""
+    seen: dict[int, set] = {}
+    for s in walk_stmt(body):
+        if isinstance(s, Store) and s.buffer.scope == "shared":
+            seen.setdefault(id(s.buffer), set()).add(s.indices)
+        for f in dataclasses.fields(s):
+            v = getattr(s, f.name)
+            for x in (v if isinstance(v, tuple) else (v,)):
+                if isinstance(x, te.Expr):
+                    for e in te.walk(x):
+                        if isinstance(e, BufferLoad) and e.buffer.scope == "shared":
+                            seen.setdefault(id(e.buffer), set()).add(e.indices)
+    return frozenset(k for k, idx in seen.items()
+                     if len(idx) == 1 and all(v in next(iter(idx)) for v in thread_vars))
 
 
 class _State:
@@ -66,43 +105,45 @@ def _wrap(items: list[Stmt]) -> Stmt:
     return items[0] if len(items) == 1 else Seq(tuple(items))
 
 
-def _block(stmts, st: _State) -> tuple[list[Stmt], _State]:
+def _block(stmts, st: _State, ctx: _Ctx) -> tuple[list[Stmt], _State]:
     """Statements run in order, with barriers; the state after them. A barrier needed at
     the start of a transparent statement (an allocation, a thread index) goes before it."""
     out = []
     for s in stmts:
         if isinstance(s, Seq):
-            items, st = _block(s.stmts, st)
+            items, st = _block(s.stmts, st, ctx)
             out += items
         elif _transparent(s):
-            items, st = _block(_as_list(s.body), st)
+            inner = ctx.enter(s) if isinstance(s, For) else ctx
+            items, st = _block(_as_list(s.body), st, inner)
             if isinstance(items[0], Barrier) and len(items) > 1:
                 out.append(items.pop(0))
             out.append(dataclasses.replace(s, body=_wrap(items)))
         else:
             reads, writes = _shared(s)
-            if st.hazard(reads, writes):
+            if st.hazard(reads - ctx.private, writes - ctx.private):
                 out.append(Barrier())
                 st = _State()
-            s, st = _sync(s, st, reads, writes)
+            s, st = _sync(s, st, reads, writes, ctx)
             out.append(s)
     return out, st
 
 
-def _sync(s: Stmt, st: _State, reads: set, writes: set) -> tuple[Stmt, _State]:
+def _sync(s: Stmt, st: _State, reads: set, writes: set, ctx: _Ctx) -> tuple[Stmt, _State]:
     """A loop, a condition or a leaf, after the barrier before it is decided."""
     if not reads and not writes:
         return s, st
     if isinstance(s, For):
-        items, end = _block(_as_list(s.body), _State())
+        items, end = _block(_as_list(s.body), _State(), ctx)
         # carried: the next iteration writes what this one read, or reads what it wrote
-        if writes & end.read or reads & end.written:
+        shared_w, shared_r = writes - ctx.private, reads - ctx.private
+        if shared_w & end.read or shared_r & end.written:
             return dataclasses.replace(s, body=_wrap(items + [Barrier()])), _State()
         return dataclasses.replace(s, body=_wrap(items)), st.union(end)
     if isinstance(s, If):
-        then, a = _block(_as_list(s.then), _State())
+        then, a = _block(_as_list(s.then), _State(), ctx)
         orelse, b = ([], _State()) if s.orelse is None else \
-            _block(_as_list(s.orelse), _State())
+            _block(_as_list(s.orelse), _State(), ctx)
         return (dataclasses.replace(s, then=_wrap(then), orelse=_wrap(orelse) if orelse
                                     else None), st.union(a).union(b))
     return s, st.union(_State(reads, writes))
