@@ -141,14 +141,19 @@ def cmd_build(args) -> int:
     shapes, attrs = parse_shapes(args.shape), parse_attrs(args.attr)
     if as_target(args.target).kind == "c-embedded":
         return _build_embedded(mod, names, out, shapes, attrs, args)
+    kind = as_target(args.target).kind
     for name in names:
         kernel = mod[name].build(args.target, args.schedule, shapes,
                                  tuning_log=args.tuning_log, **attrs)
-        (out / f"{name}.c").write_text(kernel.source)
+        source = f"{name}.cu" if kind == "cuda" else f"{name}.c"     # OpenCL: the host C
+        files = [source, f"{name}.h", f"lib{name}.so"]
+        (out / source).write_text(kernel.source)
         (out / f"{name}.h").write_text(kernel.header)
+        if kind == "opencl":            # the kernels, also inside the host C as a string
+            (out / f"{name}.cl").write_text(kernel.device_source)
+            files.insert(1, f"{name}.cl")
         shutil.copyfile(kernel.lib_path, out / f"lib{name}.so")
-        print(f"{name}: {out / (name + '.c')}, {out / (name + '.h')}, "
-              f"{out / ('lib' + name + '.so')}")
+        print(f"{name}: {', '.join(str(out / f) for f in files)}")
     return 0
 
 

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from ..emit_c.build import BuildCache
 from ..emit_c.c import CModule
-from ..emit_c.device import check_limits
+from ..emit_c.device import check_limits, device_header
 from ..emit_c.device_kernel import DeviceKernel
 from ..emit_c.printer import fixed_shapes
 from ..errors import BuildError
@@ -48,7 +48,8 @@ def compile_cuda(func: LoweredFunc, shapes: dict | None = None, target=None, fla
                          f"CUDA toolkit", hint="install the CUDA toolkit (nvcc on PATH)")
     src = emit_cuda(func, shapes, target)
     built = (cache or BuildCache()).build(src.source, (*target.flags, *flags), target.compiler)
-    return CModule(src.name, src.source, "", src.prototypes), built, src.source
+    header = device_header(src.name, func.name, src.prototypes, "CUDA")
+    return CModule(src.name, src.source, header, src.prototypes), built, src.source
 
 
 def load_cuda(func: LoweredFunc, module: CModule, built, target, source: str,

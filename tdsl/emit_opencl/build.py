@@ -5,7 +5,7 @@ from dataclasses import dataclass
 
 from ..emit_c.build import LIBS, BuildCache
 from ..emit_c.c import CModule, HostC
-from ..emit_c.device import check_limits
+from ..emit_c.device import check_limits, device_header
 from ..emit_c.device_kernel import DeviceKernel
 from ..emit_c.printer import fixed_shapes
 from ..lowering.device import split_kernels
@@ -56,7 +56,8 @@ def compile_opencl(func: LoweredFunc, shapes: dict | None = None, target=None, f
     src = emit_opencl(func, shapes, target)
     built = (cache or BuildCache()).build(src.host, (*target.flags, *flags), target.compiler,
                                           libs=(*LIBS, "-lOpenCL"))
-    return CModule(src.name, src.host, "", src.prototypes), built, src.kernels
+    header = device_header(src.name, func.name, src.prototypes, "OpenCL")
+    return CModule(src.name, src.host, header, src.prototypes), built, src.kernels
 
 
 def load_opencl(func: LoweredFunc, module: CModule, built, target, kernels: str,
