@@ -20,7 +20,15 @@ typedef int int32_t;
 typedef uint uint32_t;
 typedef long int64_t;
 typedef ulong uint64_t;
+#define INT8_MIN CHAR_MIN
+#define INT8_MAX CHAR_MAX
+#define UINT8_MAX UCHAR_MAX
+#define INT16_MIN SHRT_MIN
+#define INT16_MAX SHRT_MAX
+#define INT32_MIN INT_MIN
+#define INT32_MAX INT_MAX
 #define INT64_MIN LONG_MIN
+#define INT64_MAX LONG_MAX
 #define INT64_C(x) x##L
 #define fmodf fmod
 #define copysignf copysign
