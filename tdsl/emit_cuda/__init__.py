@@ -8,4 +8,5 @@ from .build import compile_cuda, load_cuda, CudaSource, build_cuda, emit_cuda
 from .printer import CudaPrinter
 from .probe import unavailable_reason
 
-__all__ = ["unavailable_reason", "compile_cuda", "load_cuda", "CudaPrinter", "CudaSource", "build_cuda", "emit_cuda"]
+__all__ = ["CudaPrinter", "CudaSource", "build_cuda", "compile_cuda", "emit_cuda", "load_cuda",
+           "unavailable_reason"]

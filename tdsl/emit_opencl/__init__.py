@@ -8,4 +8,5 @@ from .build import compile_opencl, load_opencl, OpenCLSource, build_opencl, emit
 from .printer import OpenCLPrinter
 from .probe import unavailable_reason
 
-__all__ = ["compile_opencl", "load_opencl", "OpenCLPrinter", "OpenCLSource", "build_opencl", "emit_opencl", "unavailable_reason"]
+__all__ = ["OpenCLPrinter", "OpenCLSource", "build_opencl", "compile_opencl", "emit_opencl",
+           "load_opencl", "unavailable_reason"]

@@ -73,7 +73,7 @@ def split_kernels(func: LoweredFunc) -> DeviceFunc:
         if body.buffer.scope == "shared":
             raise BuildError(f"{body.buffer.name} is in shared memory but computed at the "
                              f"root: shared memory lives in one block",
-                             hint=f"compute it at a loop of its reader (compute_at)")
+                             hint="compute it at a loop of its reader (compute_at)")
         workspaces.append(body.buffer)
         body = body.body
     nests = body.stmts if isinstance(body, Seq) else (body,)

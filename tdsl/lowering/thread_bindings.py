@@ -67,8 +67,8 @@ def check(g: StageGraph, directives, target) -> None:
                       and d.name == name), None)
             raise ScheduleError(f"{name} is in shared memory but computed at the root: "
                                 f"shared memory lives in one block", getattr(d, "span", None),
-                                hint=f"compute it at a loop of its reader (compute_at), "
-                                     f"inside the loops bound to blockIdx")
+                                hint="compute it at a loop of its reader (compute_at), "
+                                     "inside the loops bound to blockIdx")
         if st.attach == ("root",) and st.data and not bound:
             d = next((d for d in directives if getattr(d, "stage", None) == name),
                      directives[0] if directives else None)
