@@ -42,17 +42,27 @@ def test_opencl_matmul_at_sizes_no_tile_divides():
         np.testing.assert_allclose(kernel(a, b), a @ b, rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("name", ["matmul", "softmax", "conv2d", "max_pool2d", "add",
-                                  "layer_norm", "transpose", "reduce_sum"])
-def test_random_gpu_schedules_match_reference_on_opencl(name):
-    """Random tiles and thread bindings (tdsl.testing.gpu_schedules) never change results."""
+def _random_gpu_schedules(name, examples):
     op = tdsl.stdlib[name]
     attrs = ATTRS.get(name, {})
 
-    @settings(max_examples=3, deadline=None, database=None,
+    @settings(max_examples=examples, deadline=None, database=None,
               suppress_health_check=list(HealthCheck))
     @given(tt.cases(op, attrs, max_size=9, target="opencl"))
     def check(case):
         tt.check_case(op, case, attrs, target="opencl")
 
     check()
+
+
+@pytest.mark.parametrize("name", ["matmul", "softmax", "conv2d", "transpose"])
+def test_random_gpu_schedules_match_reference_on_opencl(name):
+    """Random tiles and thread bindings (tdsl.testing.gpu_schedules) never change results.
+    Each example is a new kernel for the driver to compile: few of them by default."""
+    _random_gpu_schedules(name, 2)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(tdsl.stdlib))
+def test_random_gpu_schedules_of_every_std_op_on_opencl(name):
+    _random_gpu_schedules(name, 6)
