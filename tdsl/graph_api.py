@@ -23,7 +23,6 @@ from .lowering.default_schedule import default_schedule
 from .lowering.dtypes import to_numpy
 from .lowering.graph import compose, fold, fuse, memory
 from .lowering.graph.ir import Graph as GraphIR, eval_size
-from .lowering.graph.patterns import classify
 from .lowering.intrinsics import INTRINSICS
 from .lowering.lower import lower
 from .lowering.reference import evaluate
@@ -386,7 +385,3 @@ def _shape_text(ir, v, sizes) -> str:
 
 def _sizes_text(sizes) -> str:
     return ", ".join(f"{k}={v}" for k, v in sorted(sizes.items())) or "fixed sizes"
-
-
-def pattern_of(fn: te.Function) -> str:
-    return classify(fn).name.lower()
