@@ -308,3 +308,30 @@ def test_a_fused_kernel_is_tuned_as_one_task_and_the_log_applies(tmp_path):
     assert kernel.schedules[3] == "conv2d's (tuned)" and kernel.schedules[0] == "conv2d's"
     assert result.best_config is not None
     np.testing.assert_allclose(tuned(x), g.reference(x, params=p), **TOL)
+
+
+@needs_gcc
+def test_several_outputs_and_an_output_read_again():
+    g = tdsl.loads("""
+        import std
+        op two(X: f32[B, K]) -> (P: f32[B, K], Q: f32[B, K]) {
+            P[b, k] = X[b, k]
+            Q[b, k] = -X[b, k]
+        }
+        graph g(x: f32[B, 8]) -> (y: f32[B, 8], z: f32[B, 8], w: f32[B, 8]) {
+            param w0: f32[8, 8]
+            param b0: f32[8]
+            h = dense(x, w0, b0)
+            y, z = two(h)
+            r = relu(y)
+            w = add(r, z)
+        }""")["g"]
+    p = g.random_params()
+    x = rand((3, 8))
+    h = x @ p["w0"].T + p["b0"]
+    want = (h, -h, np.maximum(h, 0) - h)
+    for fuse in (True, False):
+        got = g.build(params=p, fuse=fuse)(x)
+        assert isinstance(got, tuple) and len(got) == 3
+        for a, b in zip(got, want):
+            np.testing.assert_allclose(a, b, **TOL)
