@@ -127,8 +127,7 @@ class CompiledGraph:
             ir, weights, notes = fold.run(ir, weights, _std_op, sizes)
         self.ir, self.weights, self.notes, self.sizes = ir, weights, notes, dict(sizes)
         self.groups = fuse.run(ir, fuse_ops)
-        self.functions = [compose.run(ir, g, sizes, f"{ir.name}_k{k}_{ir.nodes[g.anchor].op}")
-                          for k, g in enumerate(self.groups)]
+        self.functions = [compose.run(ir, g, sizes, _kernel_name(ir, g)) for g in self.groups]
         steps = [(f.inputs, f.outputs) for f in self.functions]
         nbytes = {v: _nbytes(ir, v, sizes) for f in self.functions for v in f.outputs}
         self.plan = memory.run(steps, nbytes, external=ir.outputs)
@@ -250,6 +249,11 @@ class GraphModule:
 
 def _std_op(name: str):
     return std_program().resolve_op(name)
+
+
+def _kernel_name(ir: GraphIR, group: fuse.Group) -> str:
+    """The ops, in order (``conv2d_bias_add_relu``): equal groups print equal C."""
+    return "_".join(ir.nodes[i].op for i in group.nodes)[:60]
 
 
 def fused_workload(module, graph: str, f: compose.FusedFunction, target: Target) -> Workload:

@@ -126,7 +126,8 @@ def test_fusion_groups_of_the_small_cnn():
     # the fused conv's output stage is the epilogue on the anchor's own stage, so the
     # conv2d schedule applies to it unchanged
     text = str(c.functions[0].fn)
-    assert "Y[n, f, y, x] = max(P[n, f // 16, y, x, f % 16] + n1_b[f], 0.0)" in text
+    assert "Y[n, f, y, x] = max(P[n, f // 16, y, x, f % 16] + in2[f], 0.0)" in text
+    assert c.functions[0].inputs == ("x", "n1_w", "n1_b")
 
 
 def test_injective_chains_fuse_and_reductions_take_them_as_inputs():

@@ -54,7 +54,10 @@ def run(graph: Graph, group: Group, graph_sizes: dict[str, int], name: str) -> F
                 continue
             if v not in placeholders:
                 shape = tuple(te.Const(n, INDEX) for n in graph.shape_of(v, graph_sizes))
-                placeholders[v] = te.Tensor(_fresh(v, taken), shape, graph.value(v).dtype)
+                # named by position, not by the graph's value: two groups that compute alike
+                # (ResNet's repeated blocks) then print the same C, compiled once
+                pname = _fresh(f"in{len(placeholders)}", taken)
+                placeholders[v] = te.Tensor(pname, shape, graph.value(v).dtype)
             mapping[id(ph)] = placeholders[v]
         post = _substituter(sub, mapping)
         out = node.fn.outputs[0]
