@@ -340,3 +340,30 @@ def test_several_outputs_and_an_output_read_again():
         assert isinstance(got, tuple) and len(got) == 3
         for a, b in zip(got, want):
             np.testing.assert_allclose(a, b, **TOL)
+
+
+@needs_gcc
+def test_reductions_keep_their_schedules_with_fused_inputs():
+    """softmax and layer_norm take their injective producers inline and still lower with
+    their own (rfactor) schedules: no fallback warning, the reference's numbers."""
+    import warnings
+    g = tdsl.loads("""
+        import std
+        graph g(x: f32[4, 40], z: f32[4, 40]) -> (y: f32[4, 40], u: f32[4, 40]) {
+            param gm: f32[40]
+            param bt: f32[40]
+            a = add(x, z)
+            r = relu(a)
+            y = softmax(r)
+            s = sigmoid(x)
+            u = layer_norm(s, gm, bt)
+        }""")["g"]
+    p = g.random_params()
+    x, z = rand((4, 40), 1), rand((4, 40), 2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        m = g.build(params=p)
+        got = m(x, z)
+    assert m.compiled(x, z).schedules == ["softmax's", "layer_norm's"]
+    for a, b in zip(got, g.reference(x, z, params=p)):
+        np.testing.assert_allclose(a, b, **TOL)
