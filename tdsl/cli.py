@@ -188,7 +188,8 @@ def cmd_tune(args) -> int:
 
 def cmd_graph(args) -> int:
     """The graph after the passes: kernels and the ops fused in each, layouts, memory plan."""
-    from .graph_api import CompiledGraph, Graph, bind_sizes
+    from .graph_api import CompiledGraph, Graph
+    from .graph_weights import bind_sizes
     mod = load(args.file)
     names = mod.graphs()
     if not names:
