@@ -12,6 +12,9 @@ import warnings
 import numpy as np
 
 from .emit_c.kernel import build_kernel
+from .emulate import build_emulated
+from .emit_cuda import build_cuda
+from .emit_opencl import build_opencl
 from .errors import BuildError, CallError, ScheduleError
 from .frontend import ast, unparse
 from .frontend.program import OpDefinition, Program, load_program, program_from_text, \
@@ -27,10 +30,11 @@ from .lowering.lower import lower
 from .lowering.reference import evaluate
 from .lowering.schedule import Schedule
 from .target import Target, as_target
-from .tuner.log import Workload, best_record, read_log
+from .tuner.log import Workload, best_record, read_log, records_for
 
 # target kind -> the function that builds a lowered function into a callable kernel
-BACKENDS = {"c": build_kernel}
+BACKENDS = {"c": build_kernel, "c-embedded": build_emulated, "cuda": build_cuda,
+            "opencl": build_opencl}
 
 
 class Op:
@@ -139,7 +143,16 @@ class Op:
         name = schedule if isinstance(schedule, str) else None
         workload = Workload.make(self.module.name, self.name, shapes or {}, attrs,
                                  str(as_target(target)), name)
-        best = best_record(read_log(tuning_log), workload)
+        records = read_log(tuning_log)
+        # a record made before a knob was renamed or dropped cannot configure this schedule
+        knobs = set(self._resolve_schedule(schedule, target, None, shapes, attrs)
+                    .default_config())
+        stale = [r for r in records if not set(r["config"]) <= knobs]
+        if records_for(stale, workload):
+            warnings.warn(f"{tuning_log}: skipped {len(records_for(stale, workload))} "
+                          f"record(s) of {workload} whose knobs are not this schedule's "
+                          f"({', '.join(sorted(knobs)) or 'none'})", stacklevel=3)
+        best = best_record([r for r in records if r not in stale], workload)
         if best is None:
             warnings.warn(f"{tuning_log} has no successful record for {workload} on this "
                           f"machine: building with the schedule's default knobs", stacklevel=3)
@@ -148,8 +161,26 @@ class Op:
 
     def _resolve_schedule(self, schedule, target, ranks, shapes, attrs) -> Schedule:
         if isinstance(schedule, Schedule):
+            self._check_owns(schedule, attrs)
             return schedule
         return self.schedule(schedule, target, ranks, shapes, **attrs)
+
+    def _check_owns(self, schedule: Schedule, attrs: dict) -> None:
+        """A `Schedule` is made for one function: this op, at some attributes and ranks.
+        Lowering follows the schedule's function, so one made for another op (or other
+        attributes) would build that instead, silently."""
+        fn = schedule.fn
+        attrs = attrs or dict(fn.attrs)
+        try:
+            mine = self.function([t.ndim for t in fn.inputs], **attrs)
+        except CallError:
+            mine = None
+        if mine is None or fn.name != self.name or str(mine) != str(fn):
+            given = ", ".join(f"{k}={v}" for k, v in attrs.items())
+            raise ScheduleError(f"this schedule was made for op {fn.name}"
+                                f"{'' if fn.name != self.name else ' with other attributes'}"
+                                f", not for {self.name}{f' with {given}' if given else ''}",
+                                hint=f"make it from this op: {self.name}.schedule(...)")
 
     def sizes_of(self, *arrays, **attrs) -> dict[str, int]:
         """The sizes these arguments bind, e.g. ``{"M": 64, "K": 32, "N": 16}``, to build

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import shutil
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -97,10 +98,16 @@ def cmd_lower(args) -> int:
 def cmd_emit(args) -> int:
     op = _op_of(args)
     target = as_target(args.target)
-    if target.kind != "c":
+    if target.kind not in ("c", "c-embedded"):
         raise TdslError(f"tdsl emit prints C; target '{target}' has no printer yet")
     func = op.lower(args.schedule, parse_shapes(args.shape), target=target,
                     **parse_attrs(args.attr))
+    if target.kind == "c-embedded":
+        from .emit_c.embedded import emit_embedded
+        module = emit_embedded(func, target=target)
+        print(module.header)
+        print(module.source)
+        return 0
     print(emit_c(func, target=target).source)   # the sizes are constants of the function
     return 0
 
@@ -122,6 +129,8 @@ def cmd_build(args) -> int:
     out = Path(args.output)
     out.mkdir(parents=True, exist_ok=True)
     shapes, attrs = parse_shapes(args.shape), parse_attrs(args.attr)
+    if as_target(args.target).kind == "c-embedded":
+        return _build_embedded(mod, names, out, shapes, attrs, args)
     for name in names:
         kernel = mod[name].build(args.target, args.schedule, shapes,
                                  tuning_log=args.tuning_log, **attrs)
@@ -130,6 +139,31 @@ def cmd_build(args) -> int:
         shutil.copyfile(kernel.lib_path, out / f"lib{name}.so")
         print(f"{name}: {out / (name + '.c')}, {out / (name + '.h')}, "
               f"{out / ('lib' + name + '.so')}")
+    return 0
+
+
+def _build_embedded(mod, names, out: Path, shapes, attrs, args) -> int:
+    """The .c/.h pair of each op; its arena, and its code size where the compiler is here."""
+    from .emit_c.embedded import emit_embedded
+    from .emit_c.embedded_build import can_measure, code_size, compile_object
+    target = as_target(args.target)
+    for name in names:
+        if name not in mod:
+            raise TdslError(f"no op '{name}' in {args.file} (ops: {', '.join(sorted(mod))})")
+        func = mod[name].lower(args.schedule, shapes, target=target, **attrs)
+        module = emit_embedded(func, target=target)
+        (out / f"{module.name}.c").write_text(module.source)
+        (out / f"{module.name}.h").write_text(module.header)
+        print(f"{name}: {out / (module.name + '.c')}, {out / (module.name + '.h')}")
+        print(f"  entry {module.entry}, arena {module.arena_bytes} bytes "
+              f"({module.macro}_ARENA_BYTES; {module.naive_bytes} without reuse)")
+        if can_measure(target):
+            with tempfile.TemporaryDirectory() as tmp:
+                size = code_size(compile_object(module, target, tmp), target)
+            print(f"  code ({target.compiler}, {' '.join(target.flags[1:3])}): "
+                  f"text {size.text}, data {size.data}, bss {size.bss} bytes")
+        else:
+            print(f"  code size: {target.compiler} or its binutils are not installed")
     return 0
 
 
@@ -270,7 +304,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     op_command("lower", "print an op's loop nest", cmd_lower)
     op_command("emit", "print the generated source", cmd_emit)
-    b = op_command("build", "write .c, .h and the shared library", cmd_build)
+    b = op_command("build", "write .c, .h and the shared library (c-embedded: the .c/.h "
+                   "pair, its arena and code size)", cmd_build)
     b.add_argument("-o", "--output", required=True, metavar="DIR")
     b.add_argument("--tuning-log", metavar="PATH", help="apply the best configuration that "
                    "this `tdsl tune` log holds for the op at --shape on this machine")

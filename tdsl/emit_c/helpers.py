@@ -141,6 +141,26 @@ _ERF_F32 = """\
     return c * p / q;
 }}"""
 
+# TFLite's MultiplyByQuantizedMultiplier (tdsl/lowering/quantize.py says each step): integers
+# only. The shifts of negative values are arithmetic and the int32 conversions modular, as
+# gcc, clang and every compiler for these targets define them (TFLite relies on the same);
+# the left shift is done unsigned so it cannot overflow. The division by 2^31 is by a
+# constant power of two: shifts, no library call, on 32-bit CPUs too.
+_REQUANTIZE = """\
+{q} int32_t tdsl_requantize(int32_t x, int32_t multiplier, int32_t shift) {{
+    const int32_t left = shift > 0 ? shift : 0, right = shift > 0 ? 0 : -shift;
+    const int32_t a = (int32_t)((uint32_t)x << left);
+    int32_t high = INT32_MAX;
+    if (!(a == INT32_MIN && multiplier == INT32_MIN)) {{
+        const int64_t ab = (int64_t)a * (int64_t)multiplier;
+        const int64_t nudge = ab >= 0 ? ((int64_t)1 << 30) : 1 - ((int64_t)1 << 30);
+        high = (int32_t)((ab + nudge) / ((int64_t)1 << 31));
+    }}
+    const int32_t mask = (int32_t)(((uint32_t)1 << right) - 1u);
+    const int32_t threshold = (mask >> 1) + (high < 0 ? 1 : 0);
+    return (high >> right) + ((high & mask) > threshold ? 1 : 0);
+}}"""
+
 _VECTOR = """\
 typedef {t} {v} __attribute__((vector_size({bytes})));
 {q} {v} tdsl_load_{vd}(const {t}* p) {{ {v} x; memcpy(&x, p, sizeof x); return x; }}
@@ -181,8 +201,10 @@ def vector_type_name(scalar: str, lanes: int) -> str:
 class Helpers:
     """The helpers one translation unit needs, in first-use order, each emitted once."""
 
-    def __init__(self, qualifier: str = "static inline"):
+    def __init__(self, qualifier: str = "static inline", native_math=None):
         self.qualifier = qualifier
+        # GPUs have fast exp/erf of their own: ``native_math(name, dtype)`` spells them
+        self.native_math = native_math
         self._texts: dict[str, str] = {}
 
     def _add(self, key: str, template: str, dtype: str = "i64", **extra) -> None:
@@ -221,12 +243,16 @@ class Helpers:
 
     def exp(self, dtype: str) -> str:
         """The exp to call: the vectorizable `_EXP_F32` for f32, libm's ``exp`` otherwise."""
+        if self.native_math is not None:
+            return self.native_math("exp", dtype)
         if dtype != "f32":
             return "exp"
         self._add("exp_f32", _EXP_F32, dtype)
         return "tdsl_exp_f32"
 
     def erf(self, dtype: str) -> str:
+        if self.native_math is not None:
+            return self.native_math("erf", dtype)
         if dtype != "f32":
             return "erf"
         self._add("erf_f32", _ERF_F32, dtype)
@@ -239,10 +265,19 @@ class Helpers:
                   lanes=", ".join(["s"] * lanes), bytes=lanes * _SIZES[scalar])
         return name
 
+    def requantize(self) -> str:
+        self._add("requantize", _REQUANTIZE)
+        return "tdsl_requantize"
+
     def alloc(self) -> str:
         self._add("alloc", _ALLOC)
         return "tdsl_alloc"
 
     def render(self) -> list[str]:
         return list(self._texts.values())
+
+    def merge(self, other: "Helpers") -> None:
+        """Take the helpers ``other`` needs too (one translation unit, several printers)."""
+        for key, text in other._texts.items():
+            self._texts.setdefault(key, text)
 
