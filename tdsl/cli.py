@@ -243,7 +243,8 @@ def cmd_graph(args) -> int:
     if missing:
         raise TdslError(f"graph {name}: give the size{'s' * (len(missing) > 1)} "
                         f"{', '.join(missing)} with --shape, e.g. --shape {missing[0]}=1")
-    compiled = CompiledGraph(graph, weights, sizes, not args.no_fuse, not args.no_fold)
+    compiled = CompiledGraph(graph, weights, sizes, not args.no_fuse, not args.no_fold,
+                             args.target)
     print(compiled.describe())
     if args.plan_json:
         import json
@@ -339,6 +340,8 @@ def build_parser() -> argparse.ArgumentParser:
     gr.add_argument("--no-fuse", action="store_true", help="one kernel per op")
     gr.add_argument("--no-fold", action="store_true", help="no constant folding")
     gr.add_argument("--plan-json", metavar="PATH", help="write the memory plan as JSON")
+    gr.add_argument("--target", default="c", help="the target whose schedules the fused "
+                    "kernels take (default: c, this machine)")
     gr.set_defaults(run=cmd_graph)
 
     im = sub.add_parser("import", help="convert an ONNX model to a .tdsl graph and an .npz "

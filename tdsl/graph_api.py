@@ -8,12 +8,14 @@ the first call with new shapes, and the kernels compiled for them then (cached a
 """
 from __future__ import annotations
 
+import dataclasses
 import warnings
 
 import numpy as np
 
 from .emit_c.kernel import build_kernel
 from .errors import BuildError, ScheduleError, TdslError
+from .frontend import ast
 from .frontend.program import std_program
 from .frontend.schedules import to_schedule
 from .graph_weights import bind_sizes, check_inputs, load_params, sizes_text
@@ -25,6 +27,7 @@ from .lowering.graph.ir import Graph as GraphIR, eval_size
 from .lowering.intrinsics import INTRINSICS
 from .lowering.lower import lower
 from .lowering.reference import evaluate
+from .lowering.schedule import CacheWrite
 from .target import Target, as_target
 from .tuner.log import Workload, best_record, read_log
 
@@ -119,14 +122,18 @@ class CompiledGraph:
     (what folding did). ``kernels`` are filled in when built."""
 
     def __init__(self, graph: Graph, weights: dict, sizes: dict[str, int], fuse_ops: bool,
-                 fold_consts: bool):
+                 fold_consts: bool, target: Target | str = "c"):
         ir, notes = graph.ir, ()
         self.module = graph.module
+        self.target = target = as_target(target)
         if fold_consts:
             ir, weights, notes = fold.run(ir, weights, _std_op, sizes)
         self.ir, self.weights, self.notes, self.sizes = ir, weights, notes, dict(sizes)
         self.groups = fuse.run(ir, fuse_ops)
-        self.functions = [compose.run(ir, g, sizes, _kernel_name(ir, g)) for g in self.groups]
+        self.functions = [
+            compose.run(ir, g, sizes, _kernel_name(ir, g),
+                        _accumulator(self.module, ir.nodes[g.anchor], target))
+            for g in self.groups]
         steps = [(f.inputs, f.outputs) for f in self.functions]
         nbytes = {v: _nbytes(ir, v, sizes) for f in self.functions for v in f.outputs}
         self.plan = memory.run(steps, nbytes, external=ir.outputs)
@@ -220,7 +227,8 @@ class GraphModule:
 
     def _prepare(self, sizes: dict[str, int], key=None):
         ir = self.graph.ir
-        compiled = CompiledGraph(self.graph, self._weights, sizes, self._fuse, self._fold)
+        compiled = CompiledGraph(self.graph, self._weights, sizes, self._fuse, self._fold,
+                                 self._target)
         compiled.build(self.graph.module, self._target, self._flags, self._tuning_log)
         arena = _aligned_empty(compiled.plan.peak_bytes)
         buffers = {}
@@ -266,15 +274,38 @@ def fused_workload(module, graph: str, f: compose.FusedFunction, target: Target)
                          str(target))
 
 
+def _default_block(module, op: str, target: Target):
+    return (module[op]._schedule_defs(target) if op in module else {}).get("default")
+
+
+def _accumulator(module, anchor, target: Target) -> str | None:
+    """The name the anchor's schedule gives its output's cache (``P = cache_write(Y,
+    local)`` as a top-level statement), for `compose.run` to split the output stage the
+    same way."""
+    block = _default_block(module, anchor.op, target)
+    out = anchor.fn.outputs[0].name
+    for st in block.body if block is not None else ():
+        if isinstance(st, ast.SchedCall) and st.func == "cache_write" and st.targets and \
+                st.args and isinstance(st.args[0], ast.Name) and st.args[0].id == out:
+            return st.targets[0]
+    return None
+
+
 def _schedule_for(f: compose.FusedFunction, module, target: Target):
     """The anchor op's schedule for ``target`` (its ``default`` block), else the automatic
-    one; with a word on which."""
+    one; with a word on which. When fusion split the anchor's output as the schedule's
+    ``cache_write`` would have, that directive is dropped: its work is done."""
     op = f.anchor.op
-    defs = module[op]._schedule_defs(target) if op in module else {}
-    if "default" in defs:
-        return to_schedule(defs["default"], f.fn, INTRINSICS, dict(f.anchor_sizes),
-                           target), f"{op}'s"
-    return default_schedule(f.fn, None, target), "auto"
+    block = _default_block(module, op, target)
+    if block is None:
+        return default_schedule(f.fn, None, target), "auto"
+    sched = to_schedule(block, f.fn, INTRINSICS, dict(f.anchor_sizes), target)
+    if f.accumulator is not None:
+        out = f.fn.outputs[0].name
+        kept = [d for d in sched.directives if not (
+            isinstance(d, CacheWrite) and d.stage == out and d.name == f.accumulator)]
+        sched = dataclasses.replace(sched, directives=tuple(kept))
+    return sched, f"{op}'s"
 
 
 def _nbytes(ir: GraphIR, v: str, sizes) -> int:

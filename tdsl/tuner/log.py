@@ -142,9 +142,10 @@ def read_log(path) -> list[dict]:
 
 
 def _is_config(config) -> bool:
-    """A knob configuration: knob names to numbers or strings."""
+    """A knob configuration: knob names to numbers, strings or booleans (conv2d's
+    ``knob rows in [false, true]``: a log of it must read back)."""
     return isinstance(config, dict) and all(
-        isinstance(k, str) and isinstance(v, (int, float, str)) and not isinstance(v, bool)
+        isinstance(k, str) and isinstance(v, (int, float, str, bool))
         for k, v in config.items())
 
 

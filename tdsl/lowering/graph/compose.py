@@ -34,17 +34,25 @@ class FusedFunction:
     anchor: Node
     anchor_sizes: tuple[tuple[str, int], ...]
     ops: tuple[str, ...]
+    accumulator: str | None = None      # the reduction split off the anchor's output, if any
 
 
-def run(graph: Graph, group: Group, graph_sizes: dict[str, int], name: str) -> FusedFunction:
+def run(graph: Graph, group: Group, graph_sizes: dict[str, int], name: str,
+        accumulator: str | None = None) -> FusedFunction:
+    """``accumulator``: the name for the anchor's reduction when an epilogue follows an
+    output stage that is itself a reduction (textbook conv2d, matmul): the reduction becomes
+    that stage and the output stage ``Y = epilogue(acc[...])`` -- the two stages the anchor
+    schedule's own ``acc = cache_write(Y, local)`` would have made (`unsplit_schedule`
+    drops that directive), so the epilogue runs where the schedule copies its tile out."""
     env = {te.Var(k): v for k, v in graph_sizes.items()}
     nodes = [graph.nodes[i] for i in group.nodes]
     apos, last = group.nodes.index(group.anchor), len(nodes) - 1
     anchor = nodes[apos]
-    taken = {t.name for t in anchor.fn.stages()}
+    taken = {t.name for t in anchor.fn.stages()} | {p.name for p in anchor.fn.inputs}
+    accumulator = _fresh(accumulator or f"{anchor.fn.outputs[0].name}_acc", taken)
     placeholders: dict[str, te.Tensor] = {}
     inline: dict[str, tuple] = {}            # value -> (axis vars, expression)
-    final, anchor_axes = [], None
+    final, anchor_axes, split = [], None, None
     for pos, node in enumerate(nodes):
         sub = {var: te.Const(eval_size(expr, env), var.dtype) for var, expr in node.binding}
         mapping: dict[int, object] = {}
@@ -54,9 +62,11 @@ def run(graph: Graph, group: Group, graph_sizes: dict[str, int], name: str) -> F
                 continue
             if v not in placeholders:
                 shape = tuple(te.Const(n, INDEX) for n in graph.shape_of(v, graph_sizes))
-                # named by position, not by the graph's value: two groups that compute alike
-                # (ResNet's repeated blocks) then print the same C, compiled once
-                pname = _fresh(f"in{len(placeholders)}", taken)
+                # the anchor's inputs keep its parameter names (its schedule may name them:
+                # cache_read(W, ...)); others are named by position. Not by the graph's
+                # values: two groups that compute alike (ResNet's repeated blocks) then
+                # print the same C, compiled once
+                pname = ph.name if pos == apos else _fresh(f"in{len(placeholders)}", taken)
                 placeholders[v] = te.Tensor(pname, shape, graph.value(v).dtype)
             mapping[id(ph)] = placeholders[v]
         post = _substituter(sub, mapping)
@@ -68,7 +78,13 @@ def run(graph: Graph, group: Group, graph_sizes: dict[str, int], name: str) -> F
             body = te.rewrite(t.op.body, post)
             real = (pos == apos and (t is not out or pos == last)) or (
                 pos == last and id(t) in results)
-            if real:
+            if t is out and pos == apos and not real and isinstance(body, te.Reduce):
+                shape = tuple(_const(d, post) for d in t.shape)
+                acc = te.Tensor(accumulator, shape, t.dtype, te.Compute(axes, body))
+                vars_ = tuple(ax.var for ax in axes)
+                mapping[id(t)] = (vars_, te.Load(acc, vars_, t.dtype))
+                split = accumulator
+            elif real:
                 shape = tuple(_const(d, post) for d in t.shape)
                 mapping[id(t)] = te.Tensor(t.name, shape, t.dtype, te.Compute(axes, body))
             else:
@@ -85,7 +101,7 @@ def run(graph: Graph, group: Group, graph_sizes: dict[str, int], name: str) -> F
     fn = te.Function(name, tuple(placeholders.values()), tuple(final), (), anchor.fn.attrs)
     return FusedFunction(fn, tuple(placeholders), nodes[-1].outputs, anchor,
                          tuple(anchor.sizes(graph_sizes).items()),
-                         tuple(n.op for n in nodes))
+                         tuple(n.op for n in nodes), split)
 
 
 def _substituter(sub: dict, mapping: dict):
