@@ -9,8 +9,9 @@ constant. The group's members are composed by substitution:
   its own schedule applies to the fused function unchanged;
 - when injective ops follow a complex anchor (an epilogue), the anchor's output stage is
   inlined into them, and the last one's stage takes the name and axes of the anchor's
-  output: ``Y[n, f, y, x] = relu(P[n, f // 16, y, x, f % 16] + b[f])``, scheduled exactly
-  as the anchor's ``Y`` was.
+  output: ``Y[n, m] = relu(P[n, m] + b[m])`` for dense, scheduled exactly as the anchor's
+  ``Y`` was. An output stage that is the reduction itself (the textbook conv2d) is first
+  split into the accumulator its schedule's ``cache_write`` makes and a copy.
 """
 from __future__ import annotations
 
