@@ -43,7 +43,7 @@ def run(graph: Graph, group: Group, graph_sizes: dict[str, int], name: str,
     """``accumulator``: the name for the anchor's reduction when an epilogue follows an
     output stage that is itself a reduction (textbook conv2d, matmul): the reduction becomes
     that stage and the output stage ``Y = epilogue(acc[...])`` -- the two stages the anchor
-    schedule's own ``acc = cache_write(Y, local)`` would have made (`unsplit_schedule`
+    schedule's own ``acc = cache_write(Y, local)`` would have made (the api layer
     drops that directive), so the epilogue runs where the schedule copies its tile out."""
     env = {te.Var(k): v for k, v in graph_sizes.items()}
     nodes = [graph.nodes[i] for i in group.nodes]
