@@ -132,7 +132,7 @@ class CompiledGraph:
         self.groups = fuse.run(ir, fuse_ops)
         self.functions = [
             compose.run(ir, g, sizes, _kernel_name(ir, g),
-                        _accumulator(self.module, ir.nodes[g.anchor], target))
+                        _caches(self.module, ir.nodes[g.anchor], target))
             for g in self.groups]
         steps = [(f.inputs, f.outputs) for f in self.functions]
         nbytes = {v: _nbytes(ir, v, sizes) for f in self.functions for v in f.outputs}
@@ -278,17 +278,18 @@ def _default_block(module, op: str, target: Target):
     return (module[op]._schedule_defs(target) if op in module else {}).get("default")
 
 
-def _accumulator(module, anchor, target: Target) -> str | None:
-    """The name the anchor's schedule gives its output's cache (``P = cache_write(Y,
-    local)`` as a top-level statement), for `compose.run` to split the output stage the
-    same way."""
+def _caches(module, anchor, target: Target) -> tuple[str, ...]:
+    """The names the anchor's schedule gives its output's caches, outermost first (``P =
+    cache_write(Y, local)``, ``PL = cache_write(P, local)`` as top-level statements), for
+    `compose.run` to split the output stage the same way."""
     block = _default_block(module, anchor.op, target)
-    out = anchor.fn.outputs[0].name
+    names, stage = [], anchor.fn.outputs[0].name
     for st in block.body if block is not None else ():
         if isinstance(st, ast.SchedCall) and st.func == "cache_write" and st.targets and \
-                st.args and isinstance(st.args[0], ast.Name) and st.args[0].id == out:
-            return st.targets[0]
-    return None
+                st.args and isinstance(st.args[0], ast.Name) and st.args[0].id == stage:
+            names.append(st.targets[0])
+            stage = st.targets[0]
+    return tuple(names)
 
 
 def _schedule_for(f: compose.FusedFunction, module, target: Target):
@@ -300,10 +301,10 @@ def _schedule_for(f: compose.FusedFunction, module, target: Target):
     if block is None:
         return default_schedule(f.fn, None, target), "auto"
     sched = to_schedule(block, f.fn, INTRINSICS, dict(f.anchor_sizes), target)
-    if f.accumulator is not None:
-        out = f.fn.outputs[0].name
-        kept = [d for d in sched.directives if not (
-            isinstance(d, CacheWrite) and d.stage == out and d.name == f.accumulator)]
+    if f.dropped:
+        made = set(zip((f.fn.outputs[0].name,) + f.dropped[:-1], f.dropped))
+        kept = [d for d in sched.directives
+                if not (isinstance(d, CacheWrite) and (d.stage, d.name) in made)]
         sched = dataclasses.replace(sched, directives=tuple(kept))
     return sched, f"{op}'s"
 

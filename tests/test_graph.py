@@ -123,12 +123,16 @@ def test_fusion_groups_of_the_small_cnn():
                        ("conv2d", "bias_add", "relu"),
                        ("conv2d", "bias_add", "add", "relu"), ("global_avg_pool2d",),
                        ("dense",)]
-    # the textbook conv's sum is split off as the stage its schedule's cache_write makes
-    # (P), and the epilogue is applied where the schedule copies each tile out (Y)
+    # the textbook conv's sum is split off as the stages its schedule's cache_writes make
+    # (PL, P): a per-channel epilogue runs on the register tile's vectors (P), one that
+    # reads a whole tensor (the residual) where each tile is copied out to NCHW (Y)
     text = str(c.functions[0].fn)
-    assert "P[n, f, y, x] = sum[c: 3, r: 3, s: 3]" in text
-    assert "Y[n, f, y, x] = max(P[n, f, y, x] + in2[f], 0.0)" in text
+    assert "PL[n, f, y, x] = sum[c: 3, r: 3, s: 3]" in text
+    assert "P[n, f, y, x] = max(PL[n, f, y, x] + in2[f], 0.0)" in text
+    assert "Y[n, f, y, x] = P[n, f, y, x]" in text
     assert c.functions[0].inputs == ("x", "n1_w", "n1_b")
+    text = str(c.functions[3].fn)
+    assert "Y[n, f, y, x] = max(P[n, f, y, x] + in2[f] + in3[n, f, y, x], 0.0)" in text
 
 
 def test_injective_chains_fuse_and_reductions_take_them_as_inputs():

@@ -35,16 +35,21 @@ class FusedFunction:
     anchor: Node
     anchor_sizes: tuple[tuple[str, int], ...]
     ops: tuple[str, ...]
-    accumulator: str | None = None      # the reduction split off the anchor's output, if any
+    dropped: tuple[str, ...] = ()       # the caches made here, whose cache_write is dropped
 
 
 def run(graph: Graph, group: Group, graph_sizes: dict[str, int], name: str,
-        accumulator: str | None = None) -> FusedFunction:
-    """``accumulator``: the name for the anchor's reduction when an epilogue follows an
-    output stage that is itself a reduction (textbook conv2d, matmul): the reduction becomes
-    that stage and the output stage ``Y = epilogue(acc[...])`` -- the two stages the anchor
-    schedule's own ``acc = cache_write(Y, local)`` would have made (the api layer
-    drops that directive), so the epilogue runs where the schedule copies its tile out."""
+        caches: tuple[str, ...] = ()) -> FusedFunction:
+    """``caches``: the names the anchor's schedule gives its output's caches (``P =
+    cache_write(Y, local)``, then ``PL = cache_write(P, local)``). When an epilogue follows
+    an output stage that is itself a reduction (textbook conv2d, matmul), the reduction
+    becomes the first cache and the output ``Y = epilogue(P[...])``: the stages the
+    schedule's ``cache_write`` would have made (the api layer drops that directive), so the
+    epilogue runs where the schedule copies its tile out. With a second cache and an
+    epilogue reading only per-channel values (a bias, relu), it moves one step in: ``PL``
+    sums, ``P = epilogue(PL[...])`` (the vectorized copy out of the register tile), ``Y``
+    copies P."""
+    accumulator = caches[0] if caches else None
     env = {te.Var(k): v for k, v in graph_sizes.items()}
     nodes = [graph.nodes[i] for i in group.nodes]
     apos, last = group.nodes.index(group.anchor), len(nodes) - 1
@@ -99,10 +104,43 @@ def run(graph: Graph, group: Group, graph_sizes: dict[str, int], name: str,
             final = [mapping[id(o)] for o in node.fn.outputs]
     if anchor_axes is not None:
         final = [_as_anchor_output(final[0], anchor.fn.outputs[0].name, anchor_axes[0])]
+        if split and len(caches) > 1 and _per_channel(final[0], split):
+            final = [_epilogue_inward(final[0], split, caches[1])]
+            split = caches[:2]
+        elif split:
+            split = caches[:1] if caches else ()
     fn = te.Function(name, tuple(placeholders.values()), tuple(final), (), anchor.fn.attrs)
     return FusedFunction(fn, tuple(placeholders), nodes[-1].outputs, anchor,
                          tuple(anchor.sizes(graph_sizes).items()),
-                         tuple(n.op for n in nodes), split)
+                         tuple(n.op for n in nodes), tuple(split or ()))
+
+
+def _per_channel(y: te.Tensor, acc: str) -> bool:
+    """Whether the epilogue in ``y`` reads, besides the accumulator at ``y``'s own indices,
+    only values indexed by the channel axis (a bias, a scale): what a vector along the
+    channels' lanes can load."""
+    channel = y.op.axes[1].var if len(y.op.axes) > 1 else None
+    for ld in te.loads(y.op.body):
+        if ld.tensor.name == acc:
+            continue
+        if any(v != channel for i in ld.indices for v in te.free_vars(i)):
+            return False
+    return True
+
+
+def _epilogue_inward(y: te.Tensor, acc: str, inner: str) -> te.Tensor:
+    """``Y = epi(P[..])`` with ``P = sum(..)`` -> ``Y = P[..]``, ``P = epi(PL[..])``,
+    ``PL = sum(..)``."""
+    old = next(ld.tensor for ld in te.loads(y.op.body) if ld.tensor.name == acc)
+    pl = te.Tensor(inner, old.shape, old.dtype, old.op)
+
+    def post(e):
+        if isinstance(e, te.Load) and e.tensor is old:
+            return te.Load(pl, e.indices, e.dtype)
+        return None
+    p = te.Tensor(acc, y.shape, y.dtype, te.Compute(y.op.axes, te.rewrite(y.op.body, post)))
+    axes = tuple(ax.var for ax in y.op.axes)
+    return te.Tensor(y.name, y.shape, y.dtype, te.Compute(y.op.axes, te.Load(p, axes, y.dtype)))
 
 
 def _substituter(sub: dict, mapping: dict):
