@@ -87,3 +87,23 @@ def output_is_fusable(fn: te.Function) -> bool:
     if isinstance(body, te.Reduce):
         body = body.body
     return not any(isinstance(e, te.Reduce) for e in te.walk(body))
+
+
+def reads_per_channel(fn: te.Function, k: int) -> bool:
+    """Whether every input but ``k`` is read at the channel index alone (``b[c]``): an
+    epilogue that a register tile of output channels can apply with vector loads."""
+    out = fn.outputs[0]
+    if out.is_placeholder or out.ndim < 2:
+        return False
+    channel = out.op.axes[1].var
+    for ld in te.loads(out.op.body):
+        if ld.tensor is fn.inputs[k]:
+            continue
+        if any(v != channel for i in ld.indices for v in te.free_vars(i)):
+            return False
+    return True
+
+
+def output_is_reduction(fn: te.Function) -> bool:
+    out = fn.outputs[0]
+    return not out.is_placeholder and isinstance(out.op.body, te.Reduce)
