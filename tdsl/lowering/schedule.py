@@ -262,6 +262,24 @@ class CacheRead:
 
 
 @dataclass(frozen=True)
+class RFactor:
+    """The reduction over ``axis`` of ``stage``, in two steps (TVM's rfactor): a new stage
+    ``name`` holds ``factor`` partial results, ``name[..., a_i] = combine over a_o of
+    body(axis = a_o * factor + a_i)`` for the whole multiples of ``factor`` (``a_o``, ``a_i``
+    are ``axis`` + ``_o``/``_i``), and ``stage`` combines those and the last ``extent %
+    factor`` elements. The partial results' axis ``a_i`` is a data axis, so it can be
+    vectorized: ``rfactor(S.d, lanes)`` makes a row reduction one vector of lanes wide."""
+    stage: str
+    axis: str
+    factor: int | Knob
+    name: str | None = None
+    span: Span | None = _span()
+
+    def __post_init__(self):
+        _default(self, "name", f"{self.stage}.rf")
+
+
+@dataclass(frozen=True)
 class CacheWrite:
     """``stage``'s computation moves to ``name`` in ``scope``; ``stage`` copies it out."""
     stage: str
@@ -449,6 +467,9 @@ class Schedule:
 
     def cache_write(self, stage, scope, name=None, span=None) -> "Schedule":
         return self._with(CacheWrite(stage, scope, name, span))
+
+    def rfactor(self, stage, axis, factor, name=None, span=None) -> "Schedule":
+        return self._with(RFactor(stage, axis, factor, name, span))
 
     def vectorize(self, stage, axis, span=None) -> "Schedule":
         return self._with(Vectorize(stage, axis, span))

@@ -137,6 +137,9 @@ def _annotate(kind: ForKind, verb: str):
         st = _live_stage(g, d.stage, d.span)
         what = f"{verb} {d.axis}"
         _leaf(st, d.axis, what, d.span)
+        if st.kind[d.axis] == "reduce" and kind is ForKind.THREAD_BINDING:
+            _fail(st, what, f"it is a reduction axis, and binding one needs a cross-thread "
+                  f"reduction (threads would race on {st.name}); keep it serial", d.span)
         if st.kind[d.axis] == "reduce" and kind is not ForKind.UNROLLED:
             _fail(st, what, f"it is a reduction axis (iterations would race on {st.name})",
                   d.span)
@@ -295,6 +298,65 @@ def _cache_write(g: StageGraph, d: S.CacheWrite) -> None:
     st.kind = {n: "data" for n in st.leaves}
 
 
+_COMBINE = {"sum": lambda a, b: te.Binary("+", a, b, a.dtype),
+            "prod": lambda a, b: te.Binary("*", a, b, a.dtype),
+            "max": lambda a, b: te.Intrinsic("max", (a, b), a.dtype),
+            "min": lambda a, b: te.Intrinsic("min", (a, b), a.dtype)}
+
+
+def _rfactor(g: StageGraph, d: S.RFactor) -> None:
+    st = _live_stage(g, d.stage, d.span)
+    what = f"rfactor {d.axis}"
+    if st.relations or st.annotations or st.tensorize or st.leaves != list(st.extents):
+        _fail(st, what, f"rfactor must come before the other directives on {st.name}",
+              d.span)
+    if g.attached_at(st.name):
+        _fail(st, what, f"stage {g.attached_at(st.name)[0][0]} is computed at one of its "
+              "loops", d.span)
+    factor = _int(d.factor, st, what, "factor", d.span)
+    if d.name in g.stages or d.name in g.inputs:
+        _fail(st, what, f"there is already a tensor named {d.name}", d.span)
+    # the whole value as one expression: a top-level reduction is a Reduce like a nested one
+    value = te.Reduce(st.combiner, st.value, tuple(st.reduce), st.dtype) if st.combiner         else st.value
+    found = [r for r in te.walk(value) if isinstance(r, te.Reduce) and
+             any(iv.var.name == d.axis for iv in r.axes)]
+    if len(found) != 1:
+        _fail(st, what, f"{st.name} has no reduction over an axis named {d.axis}" if not found
+              else f"{len(found)} reductions are over axes named {d.axis}", d.span)
+    red = found[0]
+    iv = next(iv for iv in red.axes if iv.var.name == d.axis)
+    others = tuple(x for x in red.axes if x is not iv)
+    names = {f"{d.axis}_o", f"{d.axis}_i", f"{d.axis}_t"}
+    taken = names & ({x.var.name for x in st.data} | {v.name for v in te.free_vars(value)})
+    if taken:
+        _fail(st, what, f"{st.name} already has an axis named {sorted(taken)[0]}", d.span)
+    outer, lane, tail = (te.Var(f"{d.axis}_{k}", INDEX) for k in "oit")
+    f = te.Const(factor, INDEX)
+    whole = simplify(te.Binary("//", iv.extent, f, INDEX))
+    # the partial results: data axes of the stage, then the lane axis
+    rf_axes = (*st.data, te.IterVar(lane, f))
+    rf_body = te.Reduce(red.combiner, te.substitute(
+        red.body, {iv.var: te.Binary("+", te.Binary("*", outer, f, INDEX), lane, INDEX)}),
+        (*others, te.IterVar(outer, whole, "reduce")), red.dtype)
+    rf = te.Tensor(d.name, (*st.shape, f), st.dtype, te.Compute(rf_axes, rf_body))
+    # the stage combines the partial results and the tail past the last whole multiple
+    partial = te.Reduce(red.combiner, te.Load(rf, (*(x.var for x in st.data), lane),
+                                              st.dtype), (te.IterVar(lane, f, "reduce"),),
+                        red.dtype)
+    rest = te.Reduce(red.combiner, te.substitute(
+        red.body, {iv.var: te.Binary("+", te.Binary("*", whole, f, INDEX), tail, INDEX)}),
+        (*others, te.IterVar(tail, simplify(te.Binary("%", iv.extent, f, INDEX)), "reduce")),
+        red.dtype)
+    combined = _COMBINE[red.combiner](partial, rest)
+    st.value = te.rewrite(value, pre=lambda e: combined if e is red else None)
+    st.reduce, st.combiner = [], None
+    st.leaves = [x.var.name for x in st.data]
+    st.extents = {n: st.extents[n] for n in st.leaves}
+    st.kind = {n: "data" for n in st.leaves}
+    g.stages[d.name] = state_of(rf, False)
+    g.order.insert(g.order.index(st.name), d.name)
+
+
 # ---------------------------------------------------------------------------- storage, tensorize
 
 def _storage_align(g: StageGraph, d: S.StorageAlign) -> None:
@@ -333,7 +395,7 @@ def _tensorize(g: StageGraph, d: S.Tensorize) -> None:
 _HANDLERS = {
     S.Split: _split, S.Tile: _tile, S.Fuse: _fuse, S.Reorder: _reorder,
     S.ComputeAt: _compute_at, S.ComputeInline: _compute_inline, S.ComputeRoot: _compute_root,
-    S.CacheRead: _cache_read, S.CacheWrite: _cache_write,
+    S.CacheRead: _cache_read, S.CacheWrite: _cache_write, S.RFactor: _rfactor,
     S.Vectorize: _annotate(ForKind.VECTORIZED, "vectorize"),
     S.Unroll: _annotate(ForKind.UNROLLED, "unroll"),
     S.Parallel: _annotate(ForKind.PARALLEL, "parallel"),

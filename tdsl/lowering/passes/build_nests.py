@@ -102,6 +102,9 @@ class Builder:
         self.free_shape_vars = tuple(v for v in fn.shape_vars if v.name not in shapes)
         self.g = g
         self.used = {v.name for v in fn.shape_vars} | set(g.stages) | set(g.inputs)
+        # loop variables bound to a GPU thread index: one iteration of an enclosing loop
+        # runs them all at once, so a shared buffer covers what all of them read
+        self.thread_vars: set[te.Var] = set()
         self.attrs: dict = {}
         self.access: dict[str, Access] = {}
 
@@ -171,6 +174,9 @@ class Builder:
         value = te.substitute(self.bind(_rename_reduces(st.value, self, st.name)), sub)
         loops = [(values[a], ext[a], *st.annotations.get(a, (ForKind.SERIAL, None)))
                  for a in st.leaves]
+        self.thread_vars.update(v for v, _, kind, tag in loops
+                                if kind is ForKind.THREAD_BINDING and tag
+                                and tag.startswith(("threadIdx", "vthread")))
 
         attach, access = self.attachments(st, value, loops, ranges, access)
         store = self.access[st.name] if st.name in self.access else access[st.name]
@@ -229,6 +235,10 @@ class Builder:
             outer.update({v: (te.Const(0, INDEX), e) for v, e, _, _ in loops[:pos + 1]})
             inner = {v: (te.Const(0, INDEX), _add(e, te.Const(-1, INDEX)))
                      for v, e, _, _ in loops[pos + 1:]}
+            if pst.scope == "shared":     # one tile for the block: relax the thread loops
+                for v in [v for v in outer if v in self.thread_vars]:
+                    lo, e = outer.pop(v)
+                    inner[v] = (lo, _add(_add(lo, e), te.Const(-1, INDEX)))
             reads = [(value, inner)]
             for other, other_axis in pairs:
                 if other_axis == axis and other in regions:
