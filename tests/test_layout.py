@@ -156,10 +156,10 @@ op matmul(A: f32[M, K], B: f32[K, N]) -> C: f32[M, N] {
 
 
 def test_pack_from_python_blocks_an_input_through_a_cache_stage():
-    """B packed per block of 8 columns, [N/8, K, 8], from the Python Schedule methods; the
-    cache stage's axes are named after the reader's index variables (k, j)."""
+    """B packed per block of 8 columns, [N/8, K, 8], from the Python Schedule methods (the
+    cache stage of an input has axes ax0, ax1, ...)."""
     fn = MATMUL.function()
-    s = (Schedule(fn).cache_read("B", "global", ["C"], name="Bp").pack("Bp", "j", 8, "jb", "jl")
+    s = (Schedule(fn).cache_read("B", "global", ["C"], name="Bp").pack("Bp", "ax1", 8, "jb", "jl")
          .parallel("Bp", "jb").split("C", "j", 8).reorder("C", "j.o", "i", "k", "j.i")
          .vectorize("C", "j.i"))
     a, b = _rand(7, 5), _rand(5, 21, seed=1)

@@ -251,7 +251,7 @@ MATMUL_SCHEDULES = {
     .unroll("C.local", "i").vectorize("C", "j.i"),
     "pack_b": lambda s: s.cache_read("B", "global", ["C"]).split("C", "j", 8)
     .reorder("C", "j.o", "i", "k", "j.i").compute_at("B.global", "C", "j.o")
-    .storage_align("B.global", "k", 16, 1).vectorize("C", "j.i").parallel("C", "j.o"),
+    .storage_align("B.global", "ax0", 16, 1).vectorize("C", "j.i").parallel("C", "j.o"),
     "cache_a_local": lambda s: s.cache_read("A", "local").compute_at("A.local", "C", "i"),
     "bind": lambda s: s.split("C", "i", 4).bind("C", "i.o", "blockIdx.x")
     .bind("C", "i.i", "threadIdx.x"),
