@@ -65,6 +65,8 @@ SIZES = {
     "depthwise_conv2d": ({"N": (1, 2), "C": (1, 4), "IH": (3, 10), "IW": (3, 35),
                           "KH": (3, 3), "KW": (3, 3)}, {"padding": 1}),
     "dense": ({"N": (1, 20), "M": (1, 50), "K": (1, 12)}, {}),
+    "matmul": ({"M": (1, 20), "N": (1, 50), "K": (1, 12)}, {}),
+    "batch_matmul": ({"B": (1, 3), "M": (1, 12), "N": (1, 40), "K": (1, 9)}, {}),
 }
 
 
@@ -84,6 +86,19 @@ def test_random_legal_configurations_match_the_reference(data):
     kernel = task.op.build(target=target, shapes=sizes, config=config, **attrs)
     np.testing.assert_allclose(kernel(*inputs), task.reference(inputs), rtol=1e-4, atol=1e-4,
                                err_msg=f"{name} {config} at {sizes} on {target}")
+
+
+@pytest.mark.parametrize("name", ["matmul", "batch_matmul"])
+def test_matmul_default_packs_b_per_column_block(name):
+    """pack = true: B is read from a [N/tj, K, tj] copy (tj = 2 lanes by default), whole
+    vectors of it per reduction step; the result is unchanged."""
+    op = tdsl.stdlib[name]
+    lead = (2,) if name == "batch_matmul" else ()
+    a, b = _rand(*lead, 9, 7), _rand(*lead, 7, 37, seed=1)
+    kernel = op.build(shapes=op.sizes_of(a, b))
+    t = Target("c")
+    assert f"tdsl_load_f32x{t.lanes}(&Bp[" in kernel.source
+    np.testing.assert_allclose(kernel(a, b), a @ b, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("target", TARGETS)
