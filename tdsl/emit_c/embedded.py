@@ -103,7 +103,11 @@ class EmbeddedC(GnuVectors, CFamilyPrinter):
             raise BuildError(f"the {self.language} backend has no shared memory for "
                              f"{buf.name}", hint="shared scope belongs to GPU schedules")
         if not self._in_arena(buf):
-            return super().declare_allocation(buf, name, count, body)
+            if not isinstance(count, te.Const):
+                return super().declare_allocation(buf, name, count, body)   # raises
+            # zeroed: a tile written under the same guards as it is read (a register tile's
+            # tail) is correct, but gcc -Os cannot prove it and warns maybe-uninitialized
+            return [f"{self.element_type(buf.dtype)} {name}[{count.value}] = {{0}};", *body]
         ctype = self.element_type(buf.dtype)
         offset = self.plan.offsets[id(buf)]
         return [f"{ctype} *{self.restrict} {name} = ({ctype} *)(void *)"
