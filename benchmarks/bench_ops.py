@@ -104,6 +104,10 @@ def cases():
            lambda: np.maximum(x @ w.T + bias, 0),
            (lambda tx=_t(x), tw=_t(w), tb=_t(bias): torch.relu(torch.addmm(tb, tx, tw.T)))
            if torch else None)
+    yield ("dense 1024 (std)", 2 * n ** 3, std["dense"], (x, w, bias), {},
+           lambda: x @ w.T + bias,
+           (lambda tx=_t(x), tw=_t(w), tb=_t(bias): torch.addmm(tb, tx, tw.T))
+           if torch else None)
     for c, hw in ((64, 56), (128, 28), (256, 14)):
         x, w = rand(1, c, hw, hw), rand(c, c, 3, 3)
         yield (f"conv2d {c}x{hw}x{hw}->{c}", 2 * c * c * 9 * hw * hw, std["conv2d"], (x, w),

@@ -1,4 +1,5 @@
-"""The public objects: `Module` (a checked .tdsl file) and `Op` (one operator in it).
+"""The public objects: `Module` (a checked .tdsl file), `Op` (one operator in it) and
+`Graph` (one model in it, from `graph_api`).
 
 This module sits on top of the pipeline: it drives the front end, the reference evaluator,
 lowering and the emitters, and nothing below imports it.
@@ -12,12 +13,15 @@ import numpy as np
 
 from .emit_c.kernel import build_kernel
 from .emulate import build_emulated
+from .emit_cuda import build_cuda
+from .emit_opencl import build_opencl
 from .errors import BuildError, CallError, ScheduleError
 from .frontend import ast, unparse
 from .frontend.program import OpDefinition, Program, load_program, program_from_text, \
     std_program
 from .frontend.schedules import block_serves, to_schedule
 from .frontend.to_te import ranks_for_pack
+from .graph_api import Graph, GraphModule
 from .lowering import te
 from .lowering.default_schedule import default_schedule
 from .lowering.intrinsics import INTRINSICS
@@ -26,10 +30,11 @@ from .lowering.lower import lower
 from .lowering.reference import evaluate
 from .lowering.schedule import Schedule
 from .target import Target, as_target
-from .tuner.log import Workload, best_record, read_log
+from .tuner.log import Workload, best_record, read_log, records_for
 
 # target kind -> the function that builds a lowered function into a callable kernel
-BACKENDS = {"c": build_kernel, "c-embedded": build_emulated}
+BACKENDS = {"c": build_kernel, "c-embedded": build_emulated, "cuda": build_cuda,
+            "opencl": build_opencl}
 
 
 class Op:
@@ -138,7 +143,16 @@ class Op:
         name = schedule if isinstance(schedule, str) else None
         workload = Workload.make(self.module.name, self.name, shapes or {}, attrs,
                                  str(as_target(target)), name)
-        best = best_record(read_log(tuning_log), workload)
+        records = read_log(tuning_log)
+        # a record made before a knob was renamed or dropped cannot configure this schedule
+        knobs = set(self._resolve_schedule(schedule, target, None, shapes, attrs)
+                    .default_config())
+        stale = [r for r in records if not set(r["config"]) <= knobs]
+        if records_for(stale, workload):
+            warnings.warn(f"{tuning_log}: skipped {len(records_for(stale, workload))} "
+                          f"record(s) of {workload} whose knobs are not this schedule's "
+                          f"({', '.join(sorted(knobs)) or 'none'})", stacklevel=3)
+        best = best_record([r for r in records if r not in stale], workload)
         if best is None:
             warnings.warn(f"{tuning_log} has no successful record for {workload} on this "
                           f"machine: building with the schedule's default knobs", stacklevel=3)
@@ -147,8 +161,26 @@ class Op:
 
     def _resolve_schedule(self, schedule, target, ranks, shapes, attrs) -> Schedule:
         if isinstance(schedule, Schedule):
+            self._check_owns(schedule, attrs)
             return schedule
         return self.schedule(schedule, target, ranks, shapes, **attrs)
+
+    def _check_owns(self, schedule: Schedule, attrs: dict) -> None:
+        """A `Schedule` is made for one function: this op, at some attributes and ranks.
+        Lowering follows the schedule's function, so one made for another op (or other
+        attributes) would build that instead, silently."""
+        fn = schedule.fn
+        attrs = attrs or dict(fn.attrs)
+        try:
+            mine = self.function([t.ndim for t in fn.inputs], **attrs)
+        except CallError:
+            mine = None
+        if mine is None or fn.name != self.name or str(mine) != str(fn):
+            given = ", ".join(f"{k}={v}" for k, v in attrs.items())
+            raise ScheduleError(f"this schedule was made for op {fn.name}"
+                                f"{'' if fn.name != self.name else ' with other attributes'}"
+                                f", not for {self.name}{f' with {given}' if given else ''}",
+                                hint=f"make it from this op: {self.name}.schedule(...)")
 
     def sizes_of(self, *arrays, **attrs) -> dict[str, int]:
         """The sizes these arguments bind, e.g. ``{"M": 64, "K": 32, "N": 16}``, to build
@@ -173,26 +205,34 @@ class Op:
 
 
 class Module:
-    """A checked .tdsl file: ``module["matmul"]`` is an `Op`."""
+    """A checked .tdsl file: ``module["matmul"]`` is an `Op`, ``module["net"]`` a `Graph`."""
 
     def __init__(self, program: Program, name: str):
         self._program = program
         self.name = name
         self._ops = {n: Op(d, self) for n, d in program.all_ops().items()}
+        self._graphs = {n: Graph(g, self) for n, g in program.checked_graphs.items()}
 
     @property
     def program(self) -> Program:
         return self._program
 
-    def __getitem__(self, name: str) -> Op:
+    def __getitem__(self, name: str) -> Op | Graph:
+        if name in self._graphs:
+            return self._graphs[name]
         try:
             return self._ops[name]
         except KeyError:
+            graphs = f"; graphs: {', '.join(self._graphs)}" if self._graphs else ""
             raise KeyError(f"no op '{name}' in {self.name} (ops: "
-                           f"{', '.join(sorted(self._ops))})") from None
+                           f"{', '.join(sorted(self._ops))}{graphs})") from None
 
     def __contains__(self, name: str) -> bool:
-        return name in self._ops
+        return name in self._ops or name in self._graphs
+
+    def graphs(self) -> list[str]:
+        """The graphs defined in this file, in source order."""
+        return list(self._graphs)
 
     def __iter__(self):
         return iter(self._ops)
@@ -239,4 +279,4 @@ def stdlib() -> Module:
     return Module(std_program(), "std")
 
 
-__all__ = ["Op", "Module", "load", "loads", "stdlib"]
+__all__ = ["Op", "Module", "Graph", "GraphModule", "load", "loads", "stdlib"]

@@ -4,19 +4,17 @@ from __future__ import annotations
 
 import numpy as np
 
-from .emit_c.kernel import evaluate
 from .errors import TdslError
 from .frontend.to_te import ranks_for_pack
-from .lowering import te
+from .lowering import sizes as size_binder, te
 from .lowering.dtypes import is_float, to_numpy
 
 
 def input_shapes(fn: te.Function, sizes: dict[str, int]) -> list[tuple[int, ...]] | None:
-    env = {v: sizes[v.name] for v in fn.shape_vars if v.name in sizes}
     try:
-        shapes = [tuple(evaluate(d, env) for d in t.shape) for t in fn.inputs]
-        outs = [tuple(evaluate(d, env) for d in t.shape) for t in fn.outputs]
-    except (KeyError, ZeroDivisionError, TdslError):
+        shapes = [tuple(size_binder.value(d, sizes, t.name) for d in t.shape) for t in fn.inputs]
+        outs = [tuple(size_binder.value(d, sizes, t.name) for d in t.shape) for t in fn.outputs]
+    except TdslError:
         return None
     if any(d < 1 for s in shapes + outs for d in s):
         return None

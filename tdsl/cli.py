@@ -222,6 +222,44 @@ def cmd_tune(args) -> int:
     return 130 if result.interrupted else 0
 
 
+def cmd_graph(args) -> int:
+    """The graph after the passes: kernels and the ops fused in each, layouts, memory plan."""
+    from .graph_api import CompiledGraph, Graph, bind_sizes
+    mod = load(args.file)
+    names = mod.graphs()
+    if not names:
+        raise TdslError(f"{args.file} defines no graph")
+    name = args.graph or names[0]
+    if args.graph is None and len(names) > 1:
+        raise TdslError(f"{args.file} defines several graphs ({', '.join(names)}): "
+                        f"say which with --graph")
+    if name not in names:
+        raise TdslError(f"{args.file} has no graph '{name}' (graphs: {', '.join(names)})")
+    graph: Graph = mod[name]
+    shapes = parse_shapes(args.shape) or {}
+    weights = graph.load_params(args.params) if args.params else \
+        graph.random_params(shapes=shapes)
+    sizes = bind_sizes(graph.ir, weights, shapes, partial=True)
+    missing = [s for s in graph.ir.sizes if s not in sizes]
+    if missing:
+        raise TdslError(f"graph {name}: give the size{'s' * (len(missing) > 1)} "
+                        f"{', '.join(missing)} with --shape, e.g. --shape {missing[0]}=1")
+    compiled = CompiledGraph(graph, weights, sizes, not args.no_fuse, not args.no_fold)
+    print(compiled.describe())
+    if args.plan_json:
+        import json
+        Path(args.plan_json).write_text(json.dumps(compiled.plan.as_dict(), indent=1))
+    return 0
+
+
+def cmd_import(args) -> int:
+    from .onnx_import import import_onnx
+    out = import_onnx(args.model, args.output, args.name)
+    print(f"wrote {out.tdsl} and {out.npz} (graph {out.graph}: {out.nodes} ops, "
+          f"{out.params} weights)")
+    return 0
+
+
 def cmd_test(args) -> int:
     from .testing import run_property_test
     return run_property_test(load(args.file), args.op, args.target, args.examples)
@@ -292,6 +330,24 @@ def build_parser() -> argparse.ArgumentParser:
                     "scheduler's workers (pip install 'tdsl[distributed]')")
     tu.add_argument("--plot", metavar="PNG", help="draw best GFLOP/s against trials "
                     "(pip install 'tdsl[plot]')")
+
+    gr = sub.add_parser("graph", help="print a graph after the passes: fused kernels, "
+                        "layouts, memory plan")
+    gr.add_argument("file", metavar="FILE")
+    gr.add_argument("--graph", help="the graph (needed when FILE has several)")
+    gr.add_argument("--shape", help="sizes the weights don't fix, e.g. B=1")
+    gr.add_argument("--params", metavar="NPZ", help="weights (default: random ones)")
+    gr.add_argument("--no-fuse", action="store_true", help="one kernel per op")
+    gr.add_argument("--no-fold", action="store_true", help="no constant folding")
+    gr.add_argument("--plan-json", metavar="PATH", help="write the memory plan as JSON")
+    gr.set_defaults(run=cmd_graph)
+
+    im = sub.add_parser("import", help="convert an ONNX model to a .tdsl graph and an .npz "
+                        "of its weights (pip install 'tdsl[onnx]')")
+    im.add_argument("model", metavar="MODEL.onnx")
+    im.add_argument("-o", "--output", required=True, metavar="DIR/NAME.tdsl")
+    im.add_argument("--name", help="the graph's name (default: the output file's stem)")
+    im.set_defaults(run=cmd_import)
 
     t = sub.add_parser("test", help="property-test ops: random shapes, values, schedules")
     t.add_argument("file", metavar="FILE")

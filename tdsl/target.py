@@ -88,6 +88,14 @@ class Target(metaclass=_ParsedFromString):
     def __str__(self) -> str:
         return " ".join([self.kind, *(f"-{k}={v}" for k, v in self.options)])
 
+    def option(self, name: str, default: str | None = None) -> str | None:
+        return dict(self.options).get(name, default)
+
+    @property
+    def is_gpu(self) -> bool:
+        """Whether code for this target runs as kernels of threads in blocks (CUDA, OpenCL)."""
+        return self.warp > 0
+
     def constants(self) -> dict[str, int]:
         """What schedule blocks may name: ``lanes``, ``registers``, ``l1``, ``l2`` (and on
         GPUs ``warp``, ``max_threads``, ``shared_bytes``)."""
@@ -181,7 +189,8 @@ def _parse(spec: str) -> Target:
 
 def _KNOWN_HINT() -> str:
     return ("targets: " + ", ".join(sorted(KINDS)) +
-            "; e.g. 'c', 'c -march=x86-64-v3', 'c -march=armv8-a'")
+            "; e.g. 'c', 'c -march=x86-64-v3', 'c -march=armv8-a', 'cuda -arch=sm_90', "
+            "'opencl'")
 
 
 def _int_option(options: dict, name: str, default: int) -> int:
@@ -305,6 +314,61 @@ def _native_isa(compiler: str) -> frozenset[str]:
         else compiler
     return frozenset(m for m in compiler_macros(native, ("-march=native",))
                      if m.startswith(_ISA_MACROS))
+
+
+# ----------------------------------------------------------------------------- GPUs
+
+# CUDA: what every architecture from sm_75 up guarantees per block (static shared memory is
+# capped at 48 KiB without the opt-in of cudaFuncSetAttribute). ``-arch`` defaults to the
+# H200/H100 generation this project's GPU machines have.
+_CUDA_OPTIONS = {"arch", "max_threads", "shared_bytes", "warp"}
+_CUDA_DEFAULT_ARCH = "sm_90"
+
+# OpenCL: the minimums the OpenCL 1.2 specification guarantees of any full-profile device
+# (CL_DEVICE_LOCAL_MEM_SIZE >= 32 KiB); 256 work-items per group is what every GPU and PoCL
+# give. The warp is a scheduling hint only (32 suits NVIDIA, AMD's RDNA and PoCL's
+# vectorized work-group loops alike); every value may be overridden.
+_OPENCL_OPTIONS = {"max_threads", "shared_bytes", "warp", "device"}
+
+
+def _gpu_options(kind: str, options: dict, known: set) -> None:
+    unknown = set(options) - known
+    if unknown:
+        raise TargetError(f"unknown option -{sorted(unknown)[0]} for target kind {kind}",
+                          hint="options: " + ", ".join(f"-{o}" for o in sorted(known)))
+
+
+@register_kind("cuda", runs_in_process=True)
+def _resolve_cuda(options: dict) -> Target:
+    _gpu_options("cuda", options, _CUDA_OPTIONS)
+    arch = options.get("arch", _CUDA_DEFAULT_ARCH)
+    if not re.fullmatch(r"sm_\d+[a-z]?", arch):
+        raise TargetError(f"-arch={arch} is not a CUDA architecture",
+                          hint="e.g. cuda -arch=sm_90 (H100/H200), -arch=sm_80 (A100)")
+    number = re.sub(r"\D", "", arch)
+    # SASS for the architecture and its PTX, so newer GPUs can JIT the kernels
+    flags = ("-O3", "-x", "cu", f"-gencode=arch=compute_{number},code={arch}",
+             f"-gencode=arch=compute_{number},code=compute_{number}",
+             "-shared", "-Xcompiler", "-fPIC")
+    return Target("cuda", tuple(sorted(options.items())), arch, 1, 64, DEFAULT_L1, DEFAULT_L2,
+                  "nvcc", flags, warp=_int_option(options, "warp", 32),
+                  max_threads=_int_option(options, "max_threads", 1024),
+                  shared_bytes=_int_option(options, "shared_bytes", 48 * 1024))
+
+
+@register_kind("opencl", runs_in_process=True)
+def _resolve_opencl(options: dict) -> Target:
+    _gpu_options("opencl", options, _OPENCL_OPTIONS)
+    device = options.get("device", "default")
+    if device not in ("default", "cpu", "gpu", "all"):
+        raise TargetError(f"-device={device} is not an OpenCL device type",
+                          hint="-device=default|cpu|gpu|all (the first such device is used)")
+    # the generated host stub is C, built by gcc against the ICD loader (libOpenCL)
+    return Target("opencl", tuple(sorted(options.items())), "opencl", 1, 64, DEFAULT_L1,
+                  DEFAULT_L2, "gcc", ("-O2", "-shared", "-fPIC"),
+                  warp=_int_option(options, "warp", 32),
+                  max_threads=_int_option(options, "max_threads", 256),
+                  shared_bytes=_int_option(options, "shared_bytes", 32 * 1024))
 
 
 # ----------------------------------------------------------------------------- the host

@@ -11,7 +11,10 @@ A `Case` is a draw of everything that varies: the rank (rank-generic ops), the s
 input values and a schedule. Sizes are drawn for the sizes named as whole dimensions of the
 inputs; draws whose output would be empty or whose input shapes disagree are discarded.
 Schedules are random combinations of split (factors that do and don't divide), reorder,
-vectorize, unroll, parallel and compute_inline/compute_root, kept only when legal.
+vectorize, unroll, parallel and compute_inline/compute_root, kept only when legal; or, from
+`adversarial_schedules`, the combinations that broke kernels before: chains of
+cache_read/cache_write, compute_at at split and fused loops, storage_align, fuse of
+attached stages.
 """
 from __future__ import annotations
 
@@ -24,11 +27,13 @@ from hypothesis import strategies as st
 
 from .arrays import input_shapes, random_arguments, random_array  # noqa: F401 (re-exported)
 from .emit_c.kernel import build_kernel
+from .emit_c.sanitized import run_sanitized
 from .errors import ScheduleError
 from .frontend.to_te import ranks_for_pack
 from .lowering import te
 from .lowering.default_schedule import default_schedule
 from .lowering.lower import lower
+from .lowering.passes import apply_schedule
 from .lowering.schedule import Schedule
 
 
@@ -48,8 +53,11 @@ class Case:
 @st.composite
 def schedules(draw, fn: te.Function):
     """A random legal schedule for ``fn`` (the automatic default is one of the choices)."""
-    if draw(st.booleans()):
+    kind = draw(st.sampled_from(["auto", "simple", "adversarial"]))
+    if kind == "auto":
         return default_schedule(fn), ["auto"]
+    if kind == "adversarial":
+        return draw(adversarial_schedules(fn))
     sched, steps = Schedule(fn), []
     for t in fn.stages():
         if t in fn.outputs:
@@ -77,6 +85,74 @@ def schedules(draw, fn: te.Function):
     return sched, steps
 
 
+ADVERSARIAL_STEPS = ["cache_read", "cache_write", "compute_at", "split", "fuse", "reorder",
+                     "storage_align", "unroll", "vectorize", "parallel", "compute_inline"]
+
+
+@st.composite
+def adversarial_schedules(draw, fn: te.Function, max_steps: int = 8):
+    """A legal schedule of up to ``max_steps`` primitives drawn one at a time on the stage
+    graph the previous ones made (so later steps act on cache stages, split and fused loops);
+    a step the schedule refuses is dropped."""
+    sched, steps = Schedule(fn), []
+    for _ in range(draw(st.integers(1, max_steps))):
+        g = apply_schedule.run(fn, sched.resolve())
+        live = g.live()
+        verb = draw(st.sampled_from(ADVERSARIAL_STEPS))
+        stage = draw(st.sampled_from(live))
+        leaves = g.stages[stage].leaves
+        if verb == "cache_read":
+            tensors = [t for t in [*g.inputs, *live] if g.readers(t)]
+            if not tensors:
+                continue
+            src = draw(st.sampled_from(tensors))
+            reader = draw(st.sampled_from(g.readers(src)))
+            step = (f"cache_read({src}, local, [{reader}])",
+                    lambda s: s.cache_read(src, "local", [reader]))
+        elif verb == "cache_write":
+            step = (f"cache_write({stage}, local)", lambda s: s.cache_write(stage, "local"))
+        elif verb == "compute_at":
+            consumer = draw(st.sampled_from(live))
+            if not g.stages[consumer].leaves:
+                continue
+            axis = draw(st.sampled_from(g.stages[consumer].leaves))
+            step = (f"compute_at({stage}, {consumer}.{axis})",
+                    lambda s: s.compute_at(stage, consumer, axis))
+        elif verb == "compute_inline":
+            step = (f"compute_inline({stage})", lambda s: s.compute_inline(stage))
+        elif not leaves:
+            continue
+        elif verb == "split":
+            axis, factor = draw(st.sampled_from(leaves)), draw(st.sampled_from([2, 3, 4, 16]))
+            step = (f"split({stage}.{axis}, {factor})", lambda s: s.split(stage, axis, factor))
+        elif verb in ("fuse", "reorder"):
+            if len(leaves) < 2:
+                continue
+            k = draw(st.integers(0, len(leaves) - 2))
+            a, b = leaves[k], leaves[k + 1]
+            step = (f"fuse({stage}.{a}, {stage}.{b})", lambda s: s.fuse(stage, a, b)) \
+                if verb == "fuse" else \
+                (f"reorder({stage}.{b}, {stage}.{a})", lambda s: s.reorder(stage, b, a))
+        elif verb == "storage_align":
+            dims = [iv.var.name for iv in g.stages[stage].data]
+            if not dims:
+                continue
+            dim, factor = draw(st.sampled_from(dims)), draw(st.sampled_from([2, 4, 16]))
+            step = (f"storage_align({stage}.{dim}, {factor}, 1)",
+                    lambda s: s.storage_align(stage, dim, factor, 1))
+        else:
+            axis = draw(st.sampled_from(leaves))
+            step = (f"{verb}({stage}.{axis})", lambda s: getattr(s, verb)(stage, axis))
+        text, apply = step
+        try:
+            candidate = apply(sched)
+            apply_schedule.run(fn, candidate.resolve())
+        except ScheduleError:
+            continue
+        sched, steps = candidate, steps + [text]
+    return sched, steps
+
+
 @st.composite
 def cases(draw, op, attrs: dict | None = None, max_size: int = 9, schedules_too=True):
     attrs = dict(attrs or {})
@@ -94,17 +170,19 @@ def cases(draw, op, attrs: dict | None = None, max_size: int = 9, schedules_too=
     return Case(ranks, sizes, arrays, sched, steps)
 
 
-def check_case(op, case: Case, attrs: dict | None = None, rtol=1e-4, atol=1e-4, target="c"):
+def check_case(op, case: Case, attrs: dict | None = None, rtol=1e-4, atol=1e-4, target="c",
+               sanitize: bool = False):
     """Build ``op`` for ``target`` with the case's schedule, run it, compare with the
-    reference."""
+    reference. ``sanitize`` runs the kernel built under the address and undefined-behaviour
+    sanitizers (in a child process; see `emit_c.sanitized`) instead of the release build."""
     attrs = dict(attrs or {})
+    schedule = case.schedule or op.schedule(target=target, ranks=case.ranks, **attrs)
     try:
-        func = lower(case.schedule.fn, case.schedule, target=target) if case.schedule else None
+        func = lower(schedule.fn, schedule, target=target)
     except ScheduleError:
         assume(False)           # an illegal combination: not a failure of the op
-    kernel = build_kernel(func, target=target) if func is not None else \
-        op.build(target, ranks=case.ranks, **attrs)
-    got = kernel(*case.arrays)
+    got = run_sanitized(func, case.arrays, target) if sanitize else \
+        build_kernel(func, target=target)(*case.arrays)
     want = op.reference(*case.arrays, **attrs)
     got, want = (got, want) if isinstance(got, tuple) else ((got,), (want,))
     for g, w in zip(got, want):

@@ -138,6 +138,50 @@ def test_a_cache_directory_others_can_write_is_refused(tmp_path):
         BuildCache(root).build(shift_source(1))
 
 
+needs_root = pytest.mark.skipif(os.getuid() != 0, reason="giving files away needs root")
+
+
+@needs_root
+def test_a_cache_directory_owned_by_another_user_is_refused(tmp_path):
+    """As ssh's StrictModes: mode 0755 is not enough, the owner must be this user, and a
+    symlink to such a directory is judged by what it points to."""
+    theirs = tmp_path / "theirs"
+    theirs.mkdir(mode=0o755)
+    os.chown(theirs, 65534, 65534)
+    link = tmp_path / "link"
+    link.symlink_to(theirs)
+    for root in (theirs, link):
+        with pytest.raises(BuildError, match="owned by another user"):
+            BuildCache(root).build(shift_source(1))
+
+
+@needs_root
+def test_an_entry_owned_by_another_user_is_rebuilt_not_loaded(tmp_path):
+    cache = BuildCache(tmp_path / "c")
+    first = cache.build(shift_source(1))
+    os.chown(first.lib_path, 65534, 65534)
+    again = cache.build(shift_source(1))
+    assert again.compiled and os.stat(again.lib_path).st_uid == os.getuid()
+
+
+def test_an_entry_that_is_a_symlink_is_rebuilt_not_loaded(tmp_path):
+    cache = BuildCache(tmp_path / "c")
+    first = cache.build(shift_source(1))
+    planted = tmp_path / "planted.so"
+    os.replace(first.lib_path, planted)
+    os.symlink(planted, first.lib_path)
+    assert cache.build(shift_source(1)).compiled
+    assert not os.path.islink(first.lib_path)
+
+
+def test_the_rerun_hint_is_a_quoted_shell_line(tmp_path):
+    root = tmp_path / "a $(touch pwned); `id`"
+    with pytest.raises(BuildError) as info:
+        BuildCache(root).build("int broken(void) { return undeclared_thing; }\n")
+    line = str(info.value).split("rerun: ")[1]
+    assert "'" in line and f"'{root}/" in line
+
+
 def test_cache_location_follows_the_environment(monkeypatch, tmp_path):
     monkeypatch.delenv("TDSL_CACHE_DIR", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))

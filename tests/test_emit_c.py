@@ -158,7 +158,7 @@ def test_vector_add(cache):
     k = build_kernel(elementwise(lambda x, y: x + y, ("f32", "f32"), "f32"), cache=cache)
     x, y = rng.random(1000, dtype=np.float32), rng.random(1000, dtype=np.float32)
     np.testing.assert_array_equal(k(x, y), x + y)
-    assert "int ew(const float* restrict x0, const float* restrict x1, " \
+    assert "(const float* restrict x0, const float* restrict x1, " \
            "float* restrict out, int64_t n)" in k.source
 
 
@@ -439,9 +439,23 @@ def test_odd_lane_counts_print_lane_by_lane(cache):
     np.testing.assert_allclose(k(x), np.exp(2 * x) + 2 * x, rtol=1e-6)
 
 
+@needs_gcc
+@pytest.mark.parametrize("name", ["omp_get_thread_num", "_init", "_fini", "malloc", "main",
+                                  "tdsl_floordiv_i64"])
+def test_ops_named_like_library_symbols_build_and_run(name):
+    """The exported entry is tdsl_<op>_<digest>: no name an op may have meets libc, the C
+    runtime, OpenMP or tdsl's own helpers."""
+    import tdsl
+    op = tdsl.loads(f"op {name}(X: f32[N]) -> Y: f32[N] {{ Y[i] = X[i] * 2.0 }}")[name]
+    x = np.arange(4096, dtype=np.float32)
+    np.testing.assert_array_equal(op.build()(x), x * 2)
+
+
 def test_fixed_sizes_become_constants():
     module = emit_c(matmul_func(), shapes={"K": 64})
-    assert module.prototype == ("int matmul(const float* restrict A, const float* restrict B, "
+    assert module.name.startswith("tdsl_matmul_")
+    assert module.prototype == (f"int {module.name}(const float* restrict A, "
+                                "const float* restrict B, "
                                 "float* restrict C, int64_t M, int64_t N)")
     assert "const int64_t K = 64;" in module.source
     assert module.prototype + ";" in module.header

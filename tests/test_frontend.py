@@ -639,12 +639,39 @@ def test_import_of_unreadable_file(tmp_path):
     assert info.value.span.line == 1
 
 
+def test_files_that_never_end_are_refused():
+    with pytest.raises(tdsl.TdslError, match="not a regular file"):
+        tdsl.load("/dev/zero")
+
+
+def test_a_huge_file_is_refused_before_it_is_read(tmp_path, monkeypatch):
+    from tdsl.frontend import program
+    monkeypatch.setattr(program, "MAX_SOURCE_BYTES", 100)
+    (tmp_path / "big.tdsl").write_text("# x\n" * 50)
+    with pytest.raises(tdsl.TdslError, match="larger than"):
+        tdsl.load(tmp_path / "big.tdsl")
+
+
+def test_a_file_that_is_not_tdsl_is_never_quoted(tmp_path):
+    secret = "API_TOKEN=hunter2-canary"
+    (tmp_path / "environ").write_text(secret + "\n")
+    (tmp_path / "main.tdsl").write_text('import "environ"\n')
+    for path in (tmp_path / "environ", tmp_path / "main.tdsl"):
+        with pytest.raises(tdsl.TdslError, match="is not a .tdsl file") as info:
+            tdsl.load(path)
+        assert "hunter2" not in str(info.value)
+
+
 # ---------------------------------------------------------------------------- schedules and graphs
 
 def test_schedules_and_graphs_parse_into_the_ast():
     mod = tdsl.loads("""
         import std
         op sq(X: f32[N]) -> Y: f32[N] { Y[i] = X[i] * X[i] }
+        op two(X: f32[B, K]) -> (P: f32[B, K], Q: f32[B, K]) {
+            P[b, k] = X[b, k]
+            Q[b, k] = -X[b, k]
+        }
         schedule sq for cpu as fast {
             knob t in [4, 8, 16] = 8
             io, ii = split(Y.i, t)

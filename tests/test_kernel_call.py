@@ -61,7 +61,7 @@ def test_bind_checks_once_and_runs_on_the_same_arrays(matmul):
     a[:] = 0                                   # the bound call reads the arrays as they are
     run()
     assert not out.any()
-    with pytest.raises(CallError, match="has size"):
+    with pytest.raises(CallError, match="dimension 0 is 4 but K = 3"):
         matmul.bind(a, f32(4, 5))
 
 
@@ -139,8 +139,8 @@ def test_sizes_fixed_at_build_must_match(cache):
     assert "int64_t K" not in k.header
     a, b = f32(2, 3), f32(3, 4)
     np.testing.assert_allclose(k(a, b), a @ b, rtol=1e-6)
-    with pytest.raises(CallError, match=r"argument A .* dimension 1, expected K = 3 "
-                                        r"\(fixed at build time\)"):
+    with pytest.raises(CallError, match=r"argument 'A' \(1st\): dimension 1 is 4 but K "
+                                        r"= 3 from fixed at build time"):
         k(f32(2, 4), f32(4, 4))
 
 
@@ -149,8 +149,8 @@ def test_constant_dimensions_are_checked(cache):
     k = build_kernel(LoweredFunc("copy4", (x, y), loop(i, c(4), Store(y, (i,), load(x, i))),
                                  (), 1), cache=cache)
     np.testing.assert_array_equal(k(np.arange(4, dtype=np.float32)), [0, 1, 2, 3])
-    with pytest.raises(CallError, match=r"argument x of copy4 has size 5 in dimension 0, "
-                                        r"expected 4; x is x: f32\[4\]"):
+    with pytest.raises(CallError, match=r"argument 'x' \(1st\): dimension 0 is 5 but must "
+                                        r"be 4 \(x: f32\[4\]\)"):
         k(np.zeros(5, np.float32))
 
 
@@ -165,8 +165,8 @@ def test_compound_shapes_are_evaluated_and_checked(cache):
     k = build_kernel(LoweredFunc("pairs", (z, x, y), body, (n,), 2), cache=cache)
     xs, zs = f32(6), f32(3)
     np.testing.assert_allclose(k(zs, xs), np.append(xs[::2] + xs[1::2] + zs, -1), rtol=1e-6)
-    with pytest.raises(CallError, match=r"argument x of pairs has size 5 in dimension 0, "
-                                        r"expected n \* 2 = 6"):
+    with pytest.raises(CallError, match=r"argument 'x' \(2nd\): dimension 0 is 5 but "
+                                        r"n \* 2 = 6 \(n = 3 from argument 'z'"):
         k(zs, f32(5))
 
 
@@ -176,7 +176,8 @@ def test_a_negative_output_size_is_a_call_error(cache):
     body = loop(i, n - 2, Store(y, (i,), load(x, i)))
     k = build_kernel(LoweredFunc("drop2", (x, y), body, (n,), 1), cache=cache)
     np.testing.assert_array_equal(k(np.arange(3, dtype=np.float32)), [0])
-    with pytest.raises(CallError, match="negative shape"):
+    with pytest.raises(CallError, match=r"output 'y' of 'drop2': dimension 0: size n - 2 is -1 "
+                                        r"\(negative\) with n = 1"):
         k(np.zeros(1, np.float32))
 
 
@@ -213,8 +214,8 @@ def test_failed_workspace_allocation_is_a_memory_error(cache):
                                                     "float32"),
     ((f32(2, 3).astype(">f4"), f32(3, 4)), {}, "argument A has dtype >f4"),
     ((f32(6), f32(3, 4)), {}, r"argument A has rank 1 \(shape \(6,\)\), expected rank 2"),
-    ((f32(2, 3), f32(4, 4)), {}, r"argument B of matmul has size 4 in dimension 0, expected "
-                                 r"K = 3 \(from A's dimension 1\)"),
+    ((f32(2, 3), f32(4, 4)), {}, r"argument 'B' \(2nd\): dimension 0 is 4 but K = 3 from "
+     r"argument 'A' \(1st\), dimension 1"),
     ((f32(2, 3), f32(3, 4)), {"out": np.empty((2, 5), np.float32)},
      r"out= array for C has shape \(2, 5\), expected \(2, 4\)"),
     ((f32(2, 3), f32(3, 4)), {"out": np.empty((2, 4), np.float64)},

@@ -50,6 +50,25 @@ def test_corrupt_line_in_the_middle_warns_and_keeps_the_rest(tmp_path):
         assert len(read_log(path)) == 2
 
 
+@pytest.mark.parametrize("config", ['"4"', "4", "[1, 2]", '{"ti": [4]}', "null"])
+def test_a_record_whose_config_is_not_a_configuration_is_skipped(tmp_path, config):
+    path = tmp_path / "t.jsonl"
+    good = json.dumps(make_record(MATMUL, {"ti": 4}, "ok", 2e-3, 1.0))
+    bad = good.replace('"config": {"ti": 4}', f'"config": {config}')
+    path.write_text(bad + "\n" + good + "\n")
+    with pytest.warns(UserWarning, match="skipped 1 malformed"):
+        assert len(read_log(path)) == 1
+
+
+def test_a_record_of_a_renamed_knob_is_skipped_with_a_warning(tmp_path):
+    path = tmp_path / "t.jsonl"
+    write(path, [make_record(MATMUL, {"tile_i": 6, "tj": 48}, "ok", 1e-4, 3.0),
+                 make_record(MATMUL, {"ti": 4, "tj": 16}, "ok", 3e-3, 1.0)])
+    op = tdsl.load("std")["matmul"]
+    with pytest.warns(UserWarning, match="skipped 1 record"):
+        assert op.tuned_config(path, SIZES) == {"ti": 4, "tj": 16}
+
+
 def test_missing_log_reads_as_empty(tmp_path):
     assert read_log(tmp_path / "none.jsonl") == []
 

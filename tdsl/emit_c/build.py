@@ -22,6 +22,8 @@ import hashlib
 import json
 import os
 import platform
+import shlex
+import stat
 import subprocess
 import tempfile
 from dataclasses import dataclass
@@ -83,24 +85,27 @@ class BuildCache:
         self.root = Path(root) if root is not None else default_cache_dir()
         self.compile_count = 0
 
-    def key(self, source: str, flags, compiler: str = "gcc") -> str:
+    def key(self, source: str, flags, compiler: str = "gcc", libs=LIBS) -> str:
         parts = [source, " ".join(flags), compiler, compiler_version(compiler)]
+        if tuple(libs) != LIBS:
+            parts.append(" ".join(libs))
         if any("native" in f for f in flags):
             parts.append(machine_identity())
         return hashlib.sha256("\0".join(parts).encode()).hexdigest()
 
-    def build(self, source: str, flags=None, compiler: str = "gcc") -> BuildResult:
+    def build(self, source: str, flags=None, compiler: str = "gcc", libs=LIBS) -> BuildResult:
         """The library for ``source`` built by ``compiler`` with ``flags`` (a target's; the
-        host's by default), compiled now only if no valid entry exists."""
+        host's by default) and linked with ``libs``, compiled now only if no valid entry
+        exists."""
         flags = tuple(as_target("c").flags if flags is None else flags)
         self._ensure_root()
-        key = self.key(source, flags, compiler)
+        key = self.key(source, flags, compiler, libs)
         lib, meta, src = (self.root / f"tdsl_{key}{ext}" for ext in (".so", ".json", ".c"))
         if _entry_is_valid(lib, meta):
             return BuildResult(lib, src, key, compiled=False)
         try:
             _write_atomic(src, source.encode())
-            digest = self._compile(src, lib, flags, compiler)
+            digest = self._compile(src, lib, flags, compiler, tuple(libs))
             _write_atomic(meta, json.dumps({"so_sha256": digest, "flags": list(flags),
                                             "compiler": compiler_version(compiler)},
                                            indent=1).encode())
@@ -110,12 +115,13 @@ class BuildCache:
         self.compile_count += 1
         return BuildResult(lib, src, key, compiled=True)
 
-    def _compile(self, src: Path, lib: Path, flags: tuple, compiler: str) -> str:
+    def _compile(self, src: Path, lib: Path, flags: tuple, compiler: str,
+                 libs: tuple = LIBS) -> str:
         """Compile to a temporary file, then move it into place; returns its sha256."""
         fd, tmp = tempfile.mkstemp(prefix=lib.name + ".", suffix=".tmp", dir=self.root)
         os.close(fd)
         try:
-            cmd = [compiler, *flags, str(src), "-o", tmp, *LIBS]
+            cmd = [compiler, *flags, str(src), "-o", tmp, *libs]
             try:
                 proc = subprocess.run(cmd, capture_output=True, text=True,
                                       timeout=COMPILE_TIMEOUT_S)
@@ -126,8 +132,9 @@ class BuildCache:
                 raise BuildError(f"cannot run the C compiler {compiler!r}: {exc}",
                                  hint=f"install {compiler}") from None
             if proc.returncode != 0:
+                # quoted: a path may hold $(...), ; or backquotes, and the line gets pasted
                 raise BuildError(f"{compiler} failed on {src}:\n{proc.stderr.strip()}",
-                                 hint=f"the source is kept; rerun: {' '.join(cmd)}")
+                                 hint=f"the source is kept; rerun: {shlex.join(cmd)}")
             digest = _sha256_file(Path(tmp))
             os.replace(tmp, lib)
             return digest
@@ -138,10 +145,17 @@ class BuildCache:
     def _ensure_root(self) -> None:
         try:
             self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
-            mode = self.root.stat().st_mode
+            st = self.root.stat()          # what a symlink points to, as it is what is used
+            mode = st.st_mode
         except OSError as exc:
             raise BuildError(f"cannot create the kernel cache {self.root}: {exc}",
                              hint="set TDSL_CACHE_DIR to a writable directory") from None
+        # as ssh's StrictModes: a directory someone else owns may hold their libraries,
+        # whose constructors would run in this process when loaded
+        if st.st_uid != os.getuid():
+            raise BuildError(f"the kernel cache {self.root} is owned by another user "
+                             f"(uid {st.st_uid}), so a library in it cannot be trusted",
+                             hint="set TDSL_CACHE_DIR to a directory of your own")
         if mode & 0o022:
             raise BuildError(f"the kernel cache {self.root} is writable by other users "
                              f"(mode {mode & 0o777:o}), so a library in it cannot be trusted",
@@ -155,7 +169,13 @@ def build_library(source: str, flags=None, cache: BuildCache | None = None,
 
 
 def _entry_is_valid(lib: Path, meta: Path) -> bool:
+    """An entry is used only if it is ours (files, not links, owned by this user) and the
+    library's hash is the one recorded when it was built; else it is rebuilt in place."""
     try:
+        for path in (lib, meta):
+            st = os.lstat(path)
+            if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid():
+                return False
         expected = json.loads(meta.read_text())["so_sha256"]
         return _sha256_file(lib) == expected
     except (OSError, ValueError, KeyError, TypeError):

@@ -17,7 +17,7 @@ import math
 from ..errors import BuildError
 from ..lowering import te
 from ..lowering.dtypes import is_float, to_c
-from ..lowering.loop_ir import Buffer, BufferLoad, Ramp, split_dtype
+from ..lowering.loop_ir import Buffer, BufferLoad, Ramp, ReadFault, split_dtype
 from .helpers import Helpers
 from .lanes import LaneOf, contiguous_base, flat_offset, lanes_of
 from .names import C_KEYWORDS, LIBRARY_NAMES, Namer
@@ -27,6 +27,10 @@ PRECEDENCE = {"||": 4, "&&": 5, "==": 9, "!=": 9, "<": 10, "<=": 10, ">": 10, ">
               "+": 12, "-": 12, "*": 13, "/": 13, "%": 13}
 TERNARY, MULTIPLICATIVE, UNARY, POSTFIX, ATOM = 3, 13, 14, 15, 16
 C_OPS = {"and": "&&", "or": "||"}
+# What a generated function returns: 0, STATUS_NO_MEMORY when a workspace allocation failed,
+# or FIRST_READ_FAULT + k when the gather attrs["read_faults"][k] read outside its buffer.
+STATUS_NO_MEMORY = 1
+FIRST_READ_FAULT = 2
 NARROW_INTS = ("i8", "i16", "u8")
 
 
@@ -35,11 +39,13 @@ class CExpressionPrinter:
     and one visit method per expression node."""
     language = "C"
     helper_qualifier = "static inline"
+    native_math = False        # True: exp/erf are the language's own, not tdsl's helpers
     reserved = C_KEYWORDS | LIBRARY_NAMES
 
     def __init__(self, func_name: str):
         self.func_name = func_name
-        self.helpers = Helpers(self.helper_qualifier)
+        self.helpers = Helpers(self.helper_qualifier,
+                               self.math_function if self.native_math else None)
         self.namer = Namer(self.reserved)
         self.nonneg: set[te.Var] = set()       # variables known to be >= 0
         self.by_value: set[int] = set()        # ids of rank-0 buffers passed by value
@@ -166,6 +172,13 @@ class CExpressionPrinter:
             one = c_literal(1.0, dtype)[0]
             return f"{one} / {self.math_function('sqrt', dtype)}({args[0]})", MULTIPLICATIVE
         return f"{self.math_function(name, dtype)}({', '.join(args)})", POSTFIX
+
+    def visit_ReadFault(self, e: ReadFault):
+        # threads may fault at once: the status is written atomically (any one code wins)
+        self.uses_status = True
+        zero = c_literal(0, e.dtype)[0]
+        code = FIRST_READ_FAULT + e.fault
+        return f"(__atomic_store_n(&tdsl_status, {code}, __ATOMIC_RELAXED), {zero})", POSTFIX
 
     def visit_BufferLoad(self, e: BufferLoad):
         if lanes_of(e) == 1:

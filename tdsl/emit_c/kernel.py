@@ -12,9 +12,9 @@ never a crash or a silently wrong answer:
   dense row-major memory. An ``out=`` array is never copied (the result would be lost): it
   must be C-contiguous, writeable, of the right dtype and shape, and overlap no input and
   no other output.
-- Sizes (``func.shape_vars``) are bound from the inputs' shapes: a dimension written as a
-  plain size (``M``) binds it, every other dimension is then evaluated and checked. A size
-  fixed at build time is a constant in the C code; the arrays must agree with it.
+- Sizes (``func.shape_vars``) are bound from the inputs' shapes by the one size binder the
+  reference uses too (`lowering.sizes`), with its words. A size fixed at build time is a
+  constant in the C code; the arrays must agree with it.
 """
 from __future__ import annotations
 
@@ -23,12 +23,15 @@ from cffi import FFI
 
 from ..errors import BuildError, CallError
 from ..lowering import te
-from ..lowering.dtypes import to_c, to_numpy
+from ..lowering.dtypes import canonical_bools, to_c, to_numpy
 from ..lowering.loop_ir import Buffer, LoweredFunc
+from ..lowering import sizes
+from ..lowering.read_regions import check_reads
 from ..lowering.te_printer import format_expr
 from ..target import Target, as_target
 from .build import BuildCache, BuildResult
 from .c import CModule, HostC
+from .expressions import FIRST_READ_FAULT
 from .printer import fixed_shapes
 
 
@@ -91,9 +94,10 @@ class Kernel:
         if key not in self._bound:
             if len(self._bound) >= 64:      # a kernel called at ever new shapes
                 self._bound.clear()
-            sizes = self._bind_sizes(inputs)
-            self._bound[key] = ([sizes[v] for v in self._free_sizes],
-                                [self._output_shape(b, sizes) for b in self._outputs])
+            env = self._bind_sizes(inputs)
+            check_reads(self.func.attrs.get("reads", ()), env)
+            self._bound[key] = ([env[v.name] for v in self._free_sizes],
+                                [self._output_shape(b, env) for b in self._outputs])
         free_sizes, shapes = self._bound[key]
         outputs = self._prepare_outputs(out, shapes, inputs)
         args = []
@@ -103,37 +107,33 @@ class Kernel:
             else:
                 args.append(value)
         args += free_sizes
-        fn, name = self._fn, self.func.name
+        return self._runner(args), outputs
+
+    def _runner(self, args: list):
+        """``run()`` calling the library on marshalled ``args``, raising on failure."""
+        fn, name, faults = self._fn, self.func.name, self.func.attrs.get("read_faults", ())
 
         def run():
-            if fn(*args) != 0:
+            status = fn(*args)
+            if status >= FIRST_READ_FAULT:
+                raise CallError(faults[status - FIRST_READ_FAULT])
+            if status != 0:
                 raise MemoryError(f"{name}: the kernel could not allocate its workspace")
-        return run, outputs
+        return run
 
-    def _bind_sizes(self, inputs) -> dict[te.Var, int]:
-        sizes = dict(self._fixed)
-        origin = {v: "fixed at build time" for v in self._fixed}
-        for buf, value in zip(self._inputs, inputs):     # plain sizes bind first ...
-            for d, (dim, n) in enumerate(zip(buf.shape, np.shape(value))):
-                if isinstance(dim, te.Var) and dim not in sizes:
-                    sizes[dim] = n
-                    origin[dim] = f"from {buf.name}'s dimension {d}"
-        for buf, value in zip(self._inputs, inputs):     # ... then every dimension is checked
-            for d, (dim, n) in enumerate(zip(buf.shape, np.shape(value))):
-                expected = evaluate(dim, sizes)
-                if n != expected:
-                    formula = "" if isinstance(dim, te.Const) else f"{format_expr(dim)} = "
-                    where = f" ({origin[dim]})" if dim in origin else ""
-                    raise CallError(f"argument {buf.name} of {self.func.name} has size {n} in "
-                                    f"dimension {d}, expected {formula}{expected}{where}; "
-                                    f"{buf.name} is {_describe(buf)}")
-        return sizes
+    def _bind_sizes(self, inputs) -> dict[str, int]:
+        """The sizes of this call, bound as the reference binds them (`lowering.sizes`)."""
+        params = [(sizes.argument(b.name, i), b.shape, _describe(b))
+                  for i, b in enumerate(self._inputs)]
+        fixed = {v.name: n for v, n in self._fixed.items()}
+        return sizes.bind(params, [np.shape(a) for a in inputs], fixed, "fixed at build time",
+                          self.func.shape_vars, self.func.name)
 
-    def _output_shape(self, buf: Buffer, sizes) -> tuple[int, ...]:
-        shape = tuple(evaluate(dim, sizes) for dim in buf.shape)
-        if any(n < 0 for n in shape):
-            raise CallError(f"output {buf.name} of {self.func.name} would have the negative "
-                            f"shape {shape} ({_describe(buf)}) for these inputs")
+    def _output_shape(self, buf: Buffer, env) -> tuple[int, ...]:
+        what = f"output '{buf.name}' of '{self.func.name}'"
+        shape = tuple(sizes.value(dim, env, f"{what}: dimension {d}")
+                      for d, dim in enumerate(buf.shape))
+        sizes.check_allocation(shape, to_numpy(buf.dtype), what)
         return shape
 
     def _prepare_outputs(self, out, shapes, inputs) -> list[np.ndarray]:
@@ -195,29 +195,10 @@ def build_kernel(func: LoweredFunc, *, shapes: dict | None = None, target=None, 
     return Kernel(func, module, built, fixed_shapes(func, shapes or {}), target)
 
 
-def evaluate(e: te.Expr, sizes: dict[te.Var, int]) -> int:
-    """The integer value of a shape expression (``//`` and ``%`` floor, like Python)."""
-    match e:
-        case te.Const(value):
-            return int(value)
-        case te.Var():
-            return sizes[e]
-        case te.Binary(op, a, b):
-            x, y = evaluate(a, sizes), evaluate(b, sizes)
-            if op in ("+", "-", "*"):
-                return x + y if op == "+" else x - y if op == "-" else x * y
-            if y == 0:
-                return 0          # what the generated C computes for a division by zero
-            return x % y if op == "%" else x // y
-        case te.Intrinsic("min" | "max" as name, (a, b)):
-            return (min if name == "min" else max)(evaluate(a, sizes), evaluate(b, sizes))
-    raise BuildError(f"the shape expression {format_expr(e)} cannot be evaluated at call time")
-
-
 def _check_sizes_bindable(func: LoweredFunc, fixed) -> None:
     """Every free size must come from a plain dimension of an input, or be fixed."""
-    bindable = {d for b in func.params[:func.num_inputs] for d in b.shape
-                if isinstance(d, te.Var)}
+    bindable = {v for b in func.params[:func.num_inputs] for d in b.shape
+                for v in te.free_vars(d)}     # plain (M) or solved for (H + 2), see sizes.bind
     for v in func.shape_vars:
         if v not in fixed and v not in bindable:
             raise BuildError(f"the size {v.name} of {func.name} cannot be read off any input's "
@@ -250,7 +231,8 @@ def _check_input(buf: Buffer, value):
         raise CallError(f"argument {buf.name} has rank {value.ndim} (shape {value.shape}), "
                         f"expected rank {len(buf.shape)}: {_describe(buf)}")
     if not buf.shape:
-        return value.item()
+        return bool(value.view(np.uint8)) if buf.dtype == "bool" else value.item()
+    value = canonical_bools(value)
     if value.flags.c_contiguous and value.flags.aligned:
         return value
     return np.ascontiguousarray(value)        # a copy: the kernel indexes dense memory

@@ -42,6 +42,11 @@ LIBRARY_NAMES = frozenset(_MATH_ROOTS + [r + "f" for r in _MATH_ROOTS] +
 _INVALID = re.compile(r"[^A-Za-z0-9_]")
 
 
+def identifier_chars(name: str) -> str:
+    """``name`` with every character a C identifier may not hold replaced by ``_``."""
+    return _INVALID.sub("_", name)
+
+
 def sanitize(name: str, reserved: frozenset[str]) -> str:
     """A C identifier that reads like ``name``: ``i.o`` -> ``i_o``, ``abs`` -> ``abs_``.
     Reserved words and helper-like names (``tdsl_*``) get a trailing underscore, names C

@@ -7,14 +7,18 @@ library; ``import "file.tdsl"`` a file relative to the importing one.
 from __future__ import annotations
 
 import functools
+import os
+import stat
 
 from pathlib import Path
 
 from ..dsl import STD_DIR
-from ..errors import CheckError, ErrorList, TdslError
+from ..errors import CheckError, ErrorList, ParseError, TdslError
 from ..lowering import te
 from ..lowering.dtypes import DTYPES
+from ..lowering.graph.ir import Graph
 from . import ast
+from .graphs import check_graph
 from .parse import parse
 from .to_te import bind_attrs, instantiate, pack_rank_for, uses_pack
 
@@ -67,6 +71,7 @@ class Program:
         self.imported: dict[str, OpDefinition] = {}
         self.schedules: list[ast.ScheduleDef] = []
         self.graphs: dict[str, ast.GraphDef] = {}
+        self.checked_graphs: dict[str, Graph] = {}
         self.instantiating: list[str] = []
         errors: list[TdslError] = []
         import_failed = False
@@ -90,6 +95,13 @@ class Program:
         for s in self.schedules:
             if s.op not in self.ops and s.op not in self.imported:
                 errors.append(CheckError(f"schedule for unknown op '{s.op}'", s.span))
+        for name, gdef in self.graphs.items():
+            try:
+                self.checked_graphs[name] = check_graph(gdef, self)
+            except ErrorList as e:
+                errors.extend(e.errors)
+            except TdslError as e:
+                errors.append(e)
         if errors:
             raise errors[0] if len(errors) == 1 else ErrorList(_dedupe(errors))
 
@@ -147,17 +159,44 @@ def _load_import(item: ast.Import, importer: Path | None, loading) -> Program:
     return load_program(path, loading, item.span)
 
 
+# A .tdsl file is source text written by a person; a larger "file" is a mistake (or a device
+# that never ends, like /dev/zero), refused before it fills the memory.
+MAX_SOURCE_BYTES = 8 << 20
+
+
 def load_program(path, loading: tuple = (), span=None) -> Program:
     """``span``: where the file is imported, for an error reading it."""
     path = Path(path).resolve()
+    text = _read_source(path, span)
+    if path.suffix == ".tdsl":
+        return Program(parse(text, str(path)), path, (*loading, path))
     try:
-        text = path.read_text(encoding="utf-8")
+        return Program(parse(text, str(path)), path, (*loading, path))
+    except ParseError as e:
+        # not a .tdsl file: say where it stops parsing, but never quote it (it may be
+        # /proc/self/environ or a key file: an error message is often pasted somewhere)
+        where = f" (line {e.span.line}, column {e.span.col})" if e.span else ""
+        raise CheckError(f"{path} is not a .tdsl file and is not tdsl source{where}",
+                         span) from None
+
+
+def _read_source(path: Path, span) -> str:
+    """The text of a regular file of at most `MAX_SOURCE_BYTES`, or a CheckError."""
+    try:
+        with open(path, "rb") as f:
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                raise CheckError(f"can't read {path}: not a regular file", span)
+            data = f.read(MAX_SOURCE_BYTES + 1)
     except OSError as e:
         raise CheckError(f"can't read {path}: {e.strerror}", span) from None
+    if len(data) > MAX_SOURCE_BYTES:
+        raise CheckError(f"can't read {path}: larger than {MAX_SOURCE_BYTES >> 20} MiB, "
+                         "which no .tdsl source is", span)
+    try:
+        return data.decode("utf-8")
     except UnicodeDecodeError as e:
         raise CheckError(f"can't read {path}: not UTF-8 text (byte {e.object[e.start]:#04x} "
                          f"at offset {e.start})", span) from None
-    return Program(parse(text, str(path)), path, (*loading, path))
 
 
 def program_from_text(text: str, filename: str = "<string>") -> Program:

@@ -44,3 +44,16 @@ def from_numpy(dt) -> str | None:
         if np.dtype(np_t) == dt:
             return name
     return None
+
+
+def canonical_bools(arr: np.ndarray) -> np.ndarray:
+    """A bool array whose bytes are all 0 or 1: ``arr`` itself, or a normalised copy.
+
+    numpy lets a bool array hold other bytes (``u8_array.view(bool)``); C's ``bool`` may not
+    (a ``select`` on a byte 2 can take either branch), and numpy's own ufuncs disagree about
+    them. Every non-zero byte means true, as in numpy's truth test.
+    """
+    if arr.dtype != np.bool_ or arr.size == 0:
+        return arr
+    raw = arr.view(np.uint8)
+    return arr if raw.max() <= 1 else raw != 0

@@ -23,15 +23,16 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from ..errors import CallError
-from . import te
+from . import sizes, te
 from .dtypes import INDEX, from_numpy, is_float, to_numpy
 from .loop_ir import (AddressOf, Allocate, Barrier, Broadcast, BufferLoad, Call, Evaluate, For,
-                      If, LetStmt, LoweredFunc, Ramp, Seq, Store, split_dtype)
+                      If, LetStmt, LoweredFunc, Ramp, ReadFault, Seq, Store, split_dtype)
+from .loop_printer import format_buffer
 from .lower import lower
 from .quantize import multiply_by_quantized_multiplier
 from .passes.flatten import alloc_size, strides_of
+from .read_regions import check_reads
 from .schedule import Schedule
-from .simplify import linear
 
 
 class OutOfBounds(IndexError):
@@ -83,8 +84,12 @@ class _Interp:
                                 f"got shape {arr.shape}")
             if from_numpy(arr.dtype) != buf.dtype:
                 raise CallError(f"{f.name}: {buf.name} must be {buf.dtype}, got {arr.dtype}")
-            for dim, n in zip(buf.shape, arr.shape):
-                self.solve(dim, int(n))
+        inputs = f.params[:f.num_inputs]
+        self.env = sizes.bind([(sizes.argument(b.name, i), b.shape, format_buffer(b))
+                               for i, b in enumerate(inputs)],
+                              [np.shape(a) for a in arrays[:f.num_inputs]], self.env, "given",
+                              f.shape_vars, f.name)
+        check_reads(f.attrs.get("reads", ()), self.env)
         outs = []
         for k, buf in enumerate(f.params):
             shape, _, size = self.describe(buf)
@@ -103,18 +108,6 @@ class _Interp:
                 outs.append(flat.reshape(shape))
         self.stmt(f.body)
         return tuple(outs)
-
-    def solve(self, dim: te.Expr, n: int) -> None:
-        """Bind the shape variable of a dimension ``c * v + d`` from its size ``n``."""
-        lin = linear(dim)
-        free = [(a, c) for a, c in lin.terms.items() if not (isinstance(a, te.Var)
-                                                              and a.name in self.env)]
-        if len(free) == 1 and isinstance(free[0][0], te.Var) and \
-                all(isinstance(a, te.Var) for a in lin.terms):
-            (v, c), rest = free[0], n - lin.const - sum(
-                k * self.env[a.name] for a, k in lin.terms.items() if a.name in self.env)
-            if rest % c == 0:
-                self.env[v.name] = rest // c
 
     def describe(self, buf):
         if buf not in self.layout:
@@ -241,6 +234,8 @@ class _Interp:
                     out[vec_mask] = arr[off[vec_mask]]
                     return out
                 return arr[off]
+            case ReadFault(fault):
+                raise CallError(self.func.attrs["read_faults"][fault])
             case Ramp(base, stride, lanes):
                 return self.index(base) + self.index(stride) * np.arange(lanes, dtype=np.int64)
             case Broadcast(value, lanes, dt):

@@ -1,7 +1,7 @@
 """The loop IR: explicit loop nests over buffers, what the emitters print.
 
 Expressions are those of the tensor-expression IR (`te.Var`, `te.Const`, `te.Binary`, ...)
-minus `Load`/`Reduce`, plus `BufferLoad` and the vector nodes `Ramp`/`Broadcast`. A vector
+minus `Load`/`Reduce`, plus `BufferLoad`, `ReadFault` and the vector nodes `Ramp`/`Broadcast`. A vector
 expression has a dtype with lanes, e.g. ``"f32x16"`` (see `vector_dtype`). Statements are
 immutable; buffers compare by identity, like tensors.
 
@@ -54,6 +54,15 @@ class BufferLoad(Expr):
     # Set by the in-bounds pass when an access could not be proved in bounds and sits under a
     # guard instead; emitters may ignore it.
     predicate: Expr | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ReadFault(Expr):
+    """The value of a data-dependent read (a gather, ``X[I[i]]``) that falls outside its
+    buffer: 0, and the call fails with the error ``LoweredFunc.attrs["read_faults"][fault]``,
+    as the reference does. (Reads with a computable region are checked before the call.)"""
+    fault: int
+    dtype: str
 
 
 @dataclass(frozen=True, slots=True)

@@ -61,6 +61,11 @@ def _buffer_type(b) -> str:
     return f"{b.dtype}[{', '.join(format_expr(s) for s in b.shape)}]"
 
 
+def format_buffer(b) -> str:
+    """``A: f32[M, K]``, as messages about a buffer name it."""
+    return f"{b.name}: {_buffer_type(b)}"
+
+
 def _loop_range(s: For) -> str:
     if isinstance(s.min, te.Const) and s.min.value == 0:
         end = s.extent

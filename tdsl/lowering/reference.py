@@ -7,7 +7,8 @@ exactly right, then fast:
   caller can make is a `CallError` naming the parameter (never an IndexError or KeyError);
 - every value has the dtype the IR gives it: f32 math stays f32, integer arithmetic wraps
   modulo 2**bits (numpy's behaviour), ``//`` and ``%`` floor, index arithmetic is int64;
-- a read outside a tensor is a `TdslError`, except in the untaken branch of a ``select`` (and
+- a read outside a tensor is a `CallError` (compiled kernels raise the same, see
+  `read_regions`), except in the untaken branch of a ``select`` (and
   the short-circuited operand of ``and``/``or``), which has no effect;
 - evaluation is vectorised: see `reference_eval` for the grid layout, the einsum path for
   sums of products, and chunking; `reference_views` for strided views and checked gathers.
@@ -21,9 +22,10 @@ import numpy as np
 
 from ..errors import CallError
 from . import te
-from .dtypes import is_float, is_int, to_numpy
+from .dtypes import canonical_bools, is_float, is_int, to_numpy
 from .reference_eval import Evaluator, reduce_depth
-from .reference_views import Axis, NotAnIndex, UnboundVar, affine, eval_index
+from . import sizes
+from .reference_views import Axis
 
 __all__ = ["evaluate", "bind_arguments"]
 
@@ -34,7 +36,7 @@ def evaluate(fn: te.Function, arrays: Sequence, shape_env: dict[str, int] | None
 
     Rank-0 inputs take Python numbers or 0-d arrays; other inputs take numpy arrays of exactly
     the parameter's dtype. ``shape_env`` may fix shape variables that the arguments' shapes do
-    not determine. Raises `CallError` for bad arguments and `TdslError` for an out-of-bounds
+    not determine. Raises `CallError` for bad arguments and for an out-of-bounds
     read. The outputs are new arrays (never views of the arguments).
     """
     # Overflow, division by zero and NaN are the IR's semantics here, not mistakes to warn
@@ -76,33 +78,10 @@ def _eval_stage(fn: te.Function, t: te.Tensor, tensors, env: dict[str, int]) -> 
 
 
 def _size(e: te.Expr, env: dict[str, int], what: str) -> int:
-    """A shape expression's value; a CallError if a variable is unbound or it is negative."""
-    try:
-        v = eval_index(e, env)
-    except UnboundVar as u:
-        raise CallError(f"{what}: shape variable '{u.name}' in {e} is not determined by the "
-                        "arguments' shapes", hint=f"pass shape_env={{'{u.name}': ...}}") from None
-    except ZeroDivisionError:
-        raise CallError(f"{what}: {e} divides by zero with {_show_env(e, env)}") from None
-    except NotAnIndex:
-        raise CallError(f"{what}: {e} is not an integer shape expression") from None
-    if v < 0:
-        raise CallError(f"{what}: size {e} is {v} (negative) with {_show_env(e, env)}")
-    return v
-
-
-def _show_env(e: te.Expr, env: dict[str, int]) -> str:
-    names = sorted({v.name for v in te.free_vars(e)} & env.keys())
-    return ", ".join(f"{n} = {env[n]}" for n in names) or "no variables"
+    return sizes.value(e, env, what)
 
 
 # ---------------------------------------------------------------------------- arguments
-
-def _ordinal(i: int) -> str:
-    n = i + 1
-    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
-    return f"{n}{suffix}"
-
 
 def _type_of(t: te.Tensor) -> str:
     if not t.shape:
@@ -122,7 +101,7 @@ def _convert(value, t: te.Tensor, arg: str) -> np.ndarray:
         if arr.dtype != want:
             raise CallError(f"{arg}: dtype is {arr.dtype} but the parameter is {_type_of(t)}",
                             hint=f"convert it with .astype(np.{want.name})")
-        return arr
+        return canonical_bools(arr)
     if t.ndim:
         raise CallError(f"{arg}: expected a numpy array ({_type_of(t)}), got "
                         f"{type(value).__name__}", hint="wrap it with np.asarray(..., dtype)")
@@ -156,76 +135,10 @@ def bind_arguments(fn: te.Function, arrays: Sequence, shape_env: dict[str, int] 
     if len(arrays) != len(fn.inputs):
         raise CallError(f"'{fn.name}' takes {len(fn.inputs)} argument(s) ({names}) but "
                         f"{len(arrays)} were given")
-    args = [f"argument '{t.name}' ({_ordinal(i)})" for i, t in enumerate(fn.inputs)]
-    t_of = dict(zip(args, fn.inputs))
+    args = [sizes.argument(t.name, i) for i, t in enumerate(fn.inputs)]
     values = [_convert(v, t, a) for v, t, a in zip(arrays, fn.inputs, args)]
 
-    env: dict[str, int] = {}
-    origin: dict[str, str] = {}
-    for k, v in (shape_env or {}).items():
-        if not isinstance(v, numbers.Integral) or isinstance(v, bool) or v < 0:
-            raise CallError(f"shape_env['{k}'] must be a non-negative integer, got {v!r}")
-        env[k], origin[k] = int(v), "shape_env"
-
-    pending = []        # (expr, size, arg, dim) for dimensions that are expressions
-    for t, arr, arg in zip(fn.inputs, values, args):
-        for d, (s, size) in enumerate(zip(t.shape, arr.shape)):
-            if isinstance(s, te.Var):
-                if s.name not in env:
-                    env[s.name], origin[s.name] = size, f"{arg}, dimension {d}"
-                elif env[s.name] != size:
-                    raise CallError(f"{arg}: dimension {d} is {size} but {s.name} = "
-                                    f"{env[s.name]} from {origin[s.name]}")
-            else:
-                pending.append((s, size, arg, d))
-
-    while pending:
-        progress, later = False, []
-        for s, size, arg, d in pending:
-            unbound = {v.name for v in te.free_vars(s)} - env.keys()
-            if not unbound:
-                want = _size(s, env, f"{arg}: dimension {d}")
-                if want != size:
-                    known = ", ".join(f"{n} = {env[n]} from {origin[n]}" for n in
-                                      sorted({v.name for v in te.free_vars(s)}))
-                    if not known:       # a literal size
-                        raise CallError(f"{arg}: dimension {d} is {size} but must be {want} "
-                                        f"({_type_of(t_of[arg])})")
-                    raise CallError(f"{arg}: dimension {d} is {size} but {s} = {want} "
-                                    f"({known})")
-                progress = True
-            elif len(unbound) == 1 and _solve(s, (name := unbound.pop()), size, env, arg, d):
-                origin[name] = f"{arg}, dimension {d} ({s} = {size})"
-                later.append((s, size, arg, d))     # re-checked on the next round
-                progress = True
-            else:
-                later.append((s, size, arg, d))
-        pending = later
-        if not progress:
-            s, size, arg, d = pending[0]
-            missing = sorted({v.name for v in te.free_vars(s)} - env.keys())
-            raise CallError(f"{arg}: cannot determine shape variable(s) {', '.join(missing)} "
-                            f"from dimension {d} (size {size} = {s})",
-                            hint=f"pass shape_env={{'{missing[0]}': ...}}")
-
-    for v in fn.shape_vars:
-        if v.name not in env:
-            raise CallError(f"shape variable '{v.name}' of '{fn.name}' is not determined by "
-                            "the arguments' shapes", hint=f"pass shape_env={{'{v.name}': ...}}")
+    env = sizes.bind([(a, t.shape, _type_of(t)) for a, t in zip(args, fn.inputs)],
+                     [v.shape for v in values], sizes.check_given(shape_env or {}, "shape_env"),
+                     "shape_env", fn.shape_vars, fn.name)
     return values, env
-
-
-def _solve(s: te.Expr, name: str, size: int, env: dict[str, int], arg: str, d: int) -> bool:
-    """Bind ``name`` so that ``s == size`` when ``s`` is affine in it; False if it is not.
-
-    Raises CallError when ``s`` is affine but no non-negative integer solves it.
-    """
-    form = affine(s, {name: Axis(0, 0, 1)}, env)     # the unknown as grid position 0
-    if form is None or not form[0]:
-        return False
-    a, c = form[0][0], form[1]
-    if (size - c) % a or (size - c) // a < 0:
-        raise CallError(f"{arg}: dimension {d} is {size}, which {s} equals for no "
-                        f"integer {name} >= 0")
-    env[name] = (size - c) // a
-    return True

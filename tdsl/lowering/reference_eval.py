@@ -23,7 +23,7 @@ import math
 
 import numpy as np
 
-from ..errors import CallError, TdslError
+from ..errors import CallError
 from . import te
 from .dtypes import is_float, is_int, to_numpy
 from .quantize import multiply_by_quantized_multiplier
@@ -207,13 +207,13 @@ class Evaluator:
         except OutOfRange as err:
             raise self._oob_error(e, arr, err) from None
 
-    def _oob_error(self, e: te.Load, arr: np.ndarray, err: OutOfRange) -> TdslError:
+    def _oob_error(self, e: te.Load, arr: np.ndarray, err: OutOfRange) -> CallError:
         at = []
         for name, ax in sorted(self.axes.items(), key=lambda kv: kv[1].dim):
             p = err.pos[ax.dim] if len(err.pos) > ax.dim else 0
             at.append(f"{name}={ax.start + p}")
         subs = ", ".join(map(str, err.subscripts))
-        return TdslError(f"index out of bounds: {e} in {self.where} reads "
+        return CallError(f"index out of bounds: {e} in {self.where} reads "
                          f"{e.tensor.name}[{subs}], but {e.tensor.name} has shape "
                          f"{tuple(arr.shape)}" + (f" (at {', '.join(at)})" if at else ""))
 

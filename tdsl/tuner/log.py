@@ -129,7 +129,8 @@ def read_log(path) -> list[dict]:
             continue
         try:
             rec = json.loads(line)
-            if not isinstance(rec, dict) or "workload" not in rec or "config" not in rec:
+            if not isinstance(rec, dict) or "workload" not in rec or \
+                    not _is_config(rec.get("config")):
                 raise ValueError("not a tuning record")
             records.append(rec)
         except ValueError:
@@ -138,6 +139,13 @@ def read_log(path) -> list[dict]:
     if bad:
         warnings.warn(f"{path}: skipped {bad} malformed line(s)", stacklevel=2)
     return records
+
+
+def _is_config(config) -> bool:
+    """A knob configuration: knob names to numbers or strings."""
+    return isinstance(config, dict) and all(
+        isinstance(k, str) and isinstance(v, (int, float, str)) and not isinstance(v, bool)
+        for k, v in config.items())
 
 
 def records_for(records, workload: Workload, machine: str | None = None) -> list[dict]:

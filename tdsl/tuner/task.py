@@ -13,9 +13,8 @@ import numpy as np
 
 from ..api import load
 from ..arrays import random_inputs
-from ..emit_c.kernel import evaluate
 from ..errors import TdslError
-from ..lowering import te
+from ..lowering import sizes, te
 from ..lowering.loop_ir import LoweredFunc
 from ..lowering.lower import lower
 from ..lowering.reference import evaluate as reference_evaluate
@@ -65,13 +64,13 @@ def flop_count(fn: te.Function, shapes: dict[str, int]) -> int:
     counting one (so a matmul is 2·M·N·K, a conv2d 2·N·F·OH·OW·C·KH·KW). Copies, selects
     and index arithmetic count nothing; at least 1. It counts the stages as the algorithm
     writes them: conv2d's blocks of 16 filters count whole when F is not a multiple."""
-    env = {v: shapes[v.name] for v in fn.shape_vars}
+    env = {v.name: shapes[v.name] for v in fn.shape_vars}
     total = 0
     for t in fn.stages():
-        points = math.prod(evaluate(ax.extent, env) for ax in t.op.axes)
+        points = math.prod(sizes.value(ax.extent, env, t.name) for ax in t.op.axes)
         body = t.op.body
         if isinstance(body, te.Reduce):
-            points *= math.prod(evaluate(ax.extent, env) for ax in body.axes)
+            points *= math.prod(sizes.value(ax.extent, env, t.name) for ax in body.axes)
             ops = _arith_ops(body.body) + 1
         else:
             ops = _arith_ops(body)

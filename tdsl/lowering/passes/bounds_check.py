@@ -8,7 +8,11 @@ conditions (an `If`, a `Select` branch, the left side of ``and``), or else:
 
 - a store runs under ``if <the unproven bounds>``;
 - a load becomes ``select(<unproven bounds>, load, 0)`` with the load's ``predicate`` set
-  to the same condition (the select is lazy, so the load is never made out of bounds).
+  to the same condition (the select is lazy, so the load is never made out of bounds);
+- a load whose index depends on data (a gather) becomes ``select(<bounds>, load,
+  ReadFault(k))``: outside its buffer it fails the call, as in the reference, with the
+  message ``attrs["read_faults"][k]``. (The other reads' regions are checked before the call
+  by `read_regions`: what the guards catch there is over-computation of a schedule.)
 
 So no access is ever out of bounds, and a correct lowering pays nothing for it: the guards
 appear only where the prover is weaker than the program. ``attrs["unproven_accesses"]``
@@ -21,15 +25,17 @@ import dataclasses
 from .. import te
 from ..bounds import Ctx, conjoin, prove
 from ..dtypes import INDEX
-from ..loop_ir import (Allocate, BufferLoad, Evaluate, For, If, LetStmt, LoweredFunc, Seq,
-                       Stmt, Store)
+from ..loop_ir import (Allocate, BufferLoad, Evaluate, For, If, LetStmt, LoweredFunc,
+                       ReadFault, Seq, Stmt, Store)
+from ..loop_printer import format_expr
 from .flatten import alloc_size
 
 
 def run(func: LoweredFunc) -> LoweredFunc:
     checker = _Checker()
     body = checker.stmt(func.body, Ctx())
-    attrs = {**func.attrs, "unproven_accesses": checker.unproven}
+    attrs = {**func.attrs, "unproven_accesses": checker.unproven,
+             "read_faults": tuple(checker.faults)}
     return dataclasses.replace(func, body=body, attrs=attrs)
 
 
@@ -47,6 +53,7 @@ def _conds(buf, indices) -> list[te.Expr]:
 class _Checker:
     def __init__(self):
         self.unproven = 0
+        self.faults: list[str] = []
 
     def unproved(self, buf, indices, ctx: Ctx) -> list[te.Expr]:
         if indices and any("x" in i.dtype for i in indices):
@@ -54,6 +61,15 @@ class _Checker:
         out = [c for c in _conds(buf, indices) if prove(c, ctx) is not True]
         self.unproven += bool(out)
         return out
+
+    def outside(self, load: BufferLoad) -> te.Expr:
+        """The value of ``load`` outside its buffer: 0, or a fault for a gather."""
+        if not any(isinstance(x, BufferLoad) for i in load.indices for x in te.walk(i)):
+            return te.const(0, load.dtype)
+        dims = ", ".join(format_expr(d) for d in load.buffer.shape)
+        self.faults.append(f"index out of bounds: {format_expr(load)} reads outside "
+                           f"{load.buffer.name}, whose shape is [{dims}]")
+        return ReadFault(len(self.faults) - 1, load.dtype)
 
     def expr(self, e: te.Expr, ctx: Ctx) -> te.Expr:
         match e:
@@ -73,7 +89,7 @@ class _Checker:
                     return load
                 guard = conjoin(bad)
                 return te.Select(guard, dataclasses.replace(load, predicate=guard),
-                                 te.const(0, dt), dt)
+                                 self.outside(load), dt)
         if isinstance(e, (te.Var, te.Const)):
             return e
         changes = {}

@@ -1,0 +1,158 @@
+"""The one size binder: the sizes of a call, from its arguments' shapes.
+
+The reference, the loop-IR interpreter, compiled kernels, `tdsl.testing` and the tuner all
+bind and evaluate sizes here, so they accept the same calls and refuse the others with the
+same words (three binders that disagreed made ``Y: f32[N - K + 1]`` work in one and fail in
+the others).
+
+- `bind` reads the sizes off the arguments' shapes: a dimension that is a plain size (``M``)
+  binds it (the first argument to mention it wins, the rest must agree); a dimension that is
+  an expression is checked once its sizes are bound, or, when exactly one of them is unbound
+  and the expression is affine in it (``H + 2``, ``2 * N``), solves for it.
+- `value` evaluates a shape expression exactly (``//`` and ``%`` floor, as in the IR): an
+  unbound size, a division by zero or a negative size is a `CallError`.
+- `check_allocation` refuses, before anything is allocated, an array larger than the memory
+  of the machine (numpy would raise a raw MemoryError, or the system would start swapping).
+"""
+from __future__ import annotations
+
+import numbers
+import os
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from ..errors import CallError
+from . import te
+from .simplify import linear
+from .reference_views import NotAnIndex, UnboundVar, eval_index
+
+
+def argument(name: str, position: int) -> str:
+    """How messages name an argument: ``argument 'B' (2nd)``."""
+    n = position + 1
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"argument '{name}' ({n}{suffix})"
+
+
+def value(e: te.Expr, env: Mapping[str, int], what: str) -> int:
+    """A shape expression's value; a CallError if a size is unbound, it divides by zero, or
+    it is negative. ``what`` names the dimension for the message."""
+    try:
+        v = eval_index(e, env)
+    except UnboundVar as u:
+        raise CallError(f"{what}: shape variable '{u.name}' in {e} is not determined by the "
+                        "arguments' shapes", hint=f"give it by name: {{'{u.name}': ...}}") from None
+    except ZeroDivisionError:
+        raise CallError(f"{what}: {e} divides by zero with {_show_env(e, env)}") from None
+    except NotAnIndex:
+        raise CallError(f"{what}: {e} is not an integer shape expression") from None
+    if v < 0:
+        raise CallError(f"{what}: size {e} is {v} (negative) with {_show_env(e, env)}")
+    return v
+
+
+def _show_env(e: te.Expr, env: Mapping[str, int]) -> str:
+    names = sorted({v.name for v in te.free_vars(e)} & set(env))
+    return ", ".join(f"{n} = {env[n]}" for n in names) or "no variables"
+
+
+def check_given(given: Mapping[str, object], what: str = "shapes") -> dict[str, int]:
+    """Sizes given by name (``shapes={"M": 4}``, ``--shape M=4``): non-negative ints only
+    (not "4", 4.7, True or -1)."""
+    out = {}
+    for k, v in given.items():
+        if not isinstance(v, numbers.Integral) or isinstance(v, bool) or v < 0:
+            raise CallError(f"{what}['{k}'] must be a non-negative integer, got {v!r}")
+        out[k] = int(v)
+    return out
+
+
+def bind(params: Sequence[tuple[str, tuple[te.Expr, ...], str]], shapes: Sequence[tuple[int, ...]],
+         given: Mapping[str, int] | None = None, given_origin: str = "given",
+         sizes: Sequence[te.Var] = (), fn_name: str = "") -> dict[str, int]:
+    """Bind the sizes of a call: ``shapes``
+    the arguments' actual shapes (same ranks), ``given`` sizes already known (fixed at build
+    time, or passed by name). ``params`` are ``(argument, shape, its type as text)``.
+    Every size in ``sizes`` must end up bound."""
+    env: dict[str, int] = dict(given or {})
+    origin = {k: given_origin for k in env}
+    pending = []        # (expr, size, arg, dim) for dimensions that are expressions
+    types = {arg: text for arg, _, text in params}
+    for (arg, dims, _), shape in zip(params, shapes):
+        for d, (s, n) in enumerate(zip(dims, shape)):
+            if isinstance(s, te.Var):
+                if s.name not in env:
+                    env[s.name], origin[s.name] = n, f"{arg}, dimension {d}"
+                elif env[s.name] != n:
+                    raise CallError(f"{arg}: dimension {d} is {n} but {s.name} = "
+                                    f"{env[s.name]} from {origin[s.name]}")
+            else:
+                pending.append((s, n, arg, d))
+    while pending:
+        progress, later = False, []
+        for s, n, arg, d in pending:
+            unbound = {v.name for v in te.free_vars(s)} - env.keys()
+            if not unbound:
+                want = value(s, env, f"{arg}: dimension {d}")
+                if want != n:
+                    known = ", ".join(f"{k} = {env[k]} from {origin[k]}" for k in
+                                      sorted({v.name for v in te.free_vars(s)}))
+                    if not known:       # a literal size
+                        raise CallError(f"{arg}: dimension {d} is {n} but must be {want} "
+                                        f"({types[arg]})")
+                    raise CallError(f"{arg}: dimension {d} is {n} but {s} = {want} ({known})")
+                progress = True
+            elif len(unbound) == 1 and _solve(s, (name := unbound.pop()), n, env, arg, d):
+                origin[name] = f"{arg}, dimension {d} ({s} = {n})"
+                later.append((s, n, arg, d))     # re-checked on the next round
+                progress = True
+            else:
+                later.append((s, n, arg, d))
+        pending = later
+        if not progress:
+            s, n, arg, d = pending[0]
+            missing = sorted({v.name for v in te.free_vars(s)} - env.keys())
+            raise CallError(f"{arg}: cannot determine shape variable(s) {', '.join(missing)} "
+                            f"from dimension {d} (size {n} = {s})",
+                            hint=f"give it by name: {{'{missing[0]}': ...}}")
+    for v in sizes:
+        if v.name not in env:
+            raise CallError(f"shape variable '{v.name}' of '{fn_name}' is not determined by "
+                            "the arguments' shapes", hint=f"give it by name: {{'{v.name}': ...}}")
+    return env
+
+
+def _solve(s: te.Expr, name: str, n: int, env: dict[str, int], arg: str, d: int) -> bool:
+    """Bind ``name`` so that ``s == n`` when ``s`` is affine in it with the other sizes
+    known; False if it is not. A CallError when no non-negative integer solves it."""
+    known = {te.Var(k): te.Const(v, "i64") for k, v in env.items()}
+    lin = linear(te.substitute(s, known))
+    var = te.Var(name)
+    if set(lin.terms) != {var}:
+        return False
+    a, c = lin.terms[var], lin.const
+    if (n - c) % a or (n - c) // a < 0:
+        raise CallError(f"{arg}: dimension {d} is {n}, which {s} equals for no "
+                        f"integer {name} >= 0")
+    env[name] = (n - c) // a
+    return True
+
+
+def memory_bytes() -> int:
+    """The machine's physical memory (a large number where it cannot be read)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 1 << 62
+
+
+def check_allocation(shape: tuple[int, ...], dtype, what: str) -> None:
+    """A CallError, before allocating, for an array larger than the machine's memory."""
+    count = 1
+    for n in shape:
+        count *= int(n)
+    need = count * np.dtype(dtype).itemsize
+    if need > memory_bytes():
+        raise CallError(f"{what} would have shape {tuple(shape)}: {need / 2**30:.1f} GiB, "
+                        f"more than this machine's {memory_bytes() / 2**30:.1f} GiB of memory")
