@@ -30,7 +30,7 @@ from ..lowering.dtypes import to_c
 from .arena import ALIGN, ArenaPlan, buffer_bytes, plan_arena
 from .c import MAX_UNROLL, GnuVectors
 from .helpers import element_size
-from .names import MATH_FUNCTIONS
+from .names import MATH_FUNCTIONS, identifier_chars
 from .printer import CFamilyPrinter, indent
 
 STACK_LIMIT = 256        # bytes: a local tile up to this size is a stack array
@@ -83,6 +83,12 @@ class EmbeddedC(GnuVectors, CFamilyPrinter):
                     buffer_bytes(buf, self.func.name, self.fixed) <= self.stack_limit_bytes)
 
     # ------------------------------------------------------------ hooks
+    def entry_name(self) -> str:
+        """The op's own name (the files, the macros, and the entry ``<name>_run``): the
+        user's build links it, so it reads as theirs; the suffix keeps it off any library's
+        symbol."""
+        return identifier_chars(self.func.name)
+
     def vector_type(self, dtype: str) -> str | None:
         """GNU vectors no wider than the CPU's own (a schedule's 16-lane block is lane
         loops on a 4-lane NEON, for gcc to vectorize); none on a CPU without vectors."""
