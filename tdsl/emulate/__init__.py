@@ -160,11 +160,15 @@ def harness_source(header: str, entry: str, args: list[Arg], arena_bytes: int | 
     return "\n".join(lines + ["    return 0;", "}", ""])
 
 
-def args_of(func: LoweredFunc) -> list[Arg]:
+def args_of(params, num_inputs: int | None = None) -> list[Arg]:
+    """The harness's arguments for a function's buffers (a `LoweredFunc`, or its
+    parameters and how many are inputs)."""
+    if isinstance(params, LoweredFunc):
+        params, num_inputs = params.params, params.num_inputs
     out = []
-    for i, b in enumerate(func.params):
-        out.append(Arg(to_c(b.dtype), _count(b), i >= func.num_inputs,
-                       by_value=i < func.num_inputs and not b.shape))
+    for i, b in enumerate(params):
+        out.append(Arg(to_c(b.dtype), _count(b), i >= num_inputs,
+                       by_value=i < num_inputs and not b.shape))
     return out
 
 
