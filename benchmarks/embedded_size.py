@@ -5,16 +5,18 @@ a model would keep in flash.
 
     python benchmarks/embedded_size.py [--target "c-embedded -mcpu=cortex-m4"]
 
-The int8 rows are the layers of a keyword-spotting DS-CNN (one 10x4 convolution, four
-depthwise-separable blocks of 64 channels, an average pool, a dense layer to 12 classes) as
-single ops; the total counts each distinct kernel's code once, as a graph of them would link
-it. (Whole graphs, with static const weights and one arena planned across layers, need the
-graph level: not here yet.) Needs arm-none-eabi-gcc and its binutils.
+First the example graphs, each one .c/.h pair (examples/models: the int8 keyword-spotting
+DS-CNN with random int8 weights, the float MLP and MobileNet block with random weights):
+flash (text + data: the static const weights and the code) against the goal of the weights'
+own bytes plus 8 KB, the arena against the naive sum of intermediates and against the largest
+set of values live at one time. Then the DS-CNN's layers as single ops (the total counts each
+distinct kernel once) and some float ops. Needs arm-none-eabi-gcc and its binutils.
 """
 from __future__ import annotations
 
 import argparse
 import tempfile
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -61,6 +63,61 @@ def weight_bytes(op, sizes, attrs) -> int:
     return total
 
 
+GRAPHS = [("kws_dscnn_int8", None), ("mlp", {"B": 1}), ("mobilenet_block", {"B": 1})]
+MODELS = Path(__file__).resolve().parent.parent / "examples" / "models"
+
+
+def int8_weights(graph, seed=0) -> dict:
+    rng = np.random.default_rng(seed)
+    out = {}
+    for name in graph.params:
+        v = graph.ir.value(name)
+        shape = tuple(int(d.value) for d in v.shape)
+        out[name] = rng.integers(-128, 128, shape).astype(np.int8) if v.dtype == "i8" else \
+            rng.integers(-3000, 3000, shape).astype(np.int32)
+    return out
+
+
+def largest_live_set(graph, weights, shapes) -> int:
+    """Bytes of the graph's intermediate values live at once at the busiest kernel."""
+    from tdsl.graph_api import CompiledGraph, bind_sizes
+    compiled = CompiledGraph(graph, weights, bind_sizes(graph.ir, weights, shapes), True, True)
+    first, last = {}, {}
+    for k, f in enumerate(compiled.functions):
+        for v in f.outputs:
+            first[v] = last[v] = k
+        for v in f.inputs:
+            if v in first:
+                last[v] = k
+    inner = [v for v in first if v not in compiled.ir.outputs]
+    size = {v: int(np.prod(compiled.ir.shape_of(v, compiled.sizes))) *
+            np.dtype({"i8": np.int8, "i32": np.int32, "f32": np.float32}[
+                compiled.ir.value(v).dtype]).itemsize for v in inner}
+    return max((sum(size[v] for v in inner if first[v] <= k <= last[v])
+                for k in range(len(compiled.functions))), default=0)
+
+
+def graph_rows(target, tmp: Path) -> None:
+    print(f"{'graph':18} {'text':>7} {'data':>5} {'bss':>4} {'weights':>8} {'folded':>7} "
+          f"{'code':>6} {'arena':>7} {'live max':>8} {'naive':>7}")
+    for name, shapes in GRAPHS:
+        graph = tdsl.load(MODELS / f"{name}.tdsl")[name]
+        weights = int8_weights(graph) if name.endswith("int8") else \
+            graph.random_params(shapes=shapes)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")    # fused kernels' schedule fallbacks
+            module = graph.emit_embedded(target, weights, shapes)
+        size = code_size(compile_object(module, target, tmp / name, flags=("-Os",)), target)
+        wbytes = sum(a.nbytes for a in weights.values())
+        print(f"{name:18} {size.text:7} {size.data:5} {size.bss:4} {wbytes:8} "
+              f"{module.const_bytes:7} {size.flash - module.const_bytes:6} "
+              f"{module.arena_bytes:7} "
+              f"{largest_live_set(graph, weights, shapes):8} {module.naive_bytes:7}")
+    print("(weights: as given; folded: the static const arrays after constant folding;\n"
+          " code = text + data - folded: the kernels and the entry; goals for the int8 DS-CNN:"
+          " code <= 8192, arena <= live max)")
+
+
 def measure(target, op, sizes, attrs, tmp: Path):
     module = emit_embedded(op.lower(None, sizes, target=target, **attrs), target=target)
     size = code_size(compile_object(module, target, tmp / op.name, flags=("-Os",)), target)
@@ -80,6 +137,8 @@ def main() -> None:
            f"{'weights':>8}"
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
+        print()
+        graph_rows(target, tmp)
         print("\nint8 DS-CNN layers (keyword spotting, 49x10 MFCC in, 12 classes out)")
         print(head)
         code = weights = 0

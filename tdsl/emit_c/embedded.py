@@ -52,6 +52,7 @@ class EmbeddedModule:
     math_functions: tuple[str, ...]
     params: tuple[Buffer, ...]
     num_inputs: int
+    const_bytes: int = 0       # static const data (a graph's weights, in flash)
 
     @property
     def allowed_symbols(self) -> frozenset[str]:

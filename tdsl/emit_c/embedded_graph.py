@@ -138,8 +138,9 @@ def emit_embedded_graph(name: str, steps: list[Step], inputs: list[str], outputs
                          f"outputs ({', '.join(outputs)}), then", plan.peak_bytes, math,
                          uses_bool, prototype)
     io = tuple(Buffer(v, buffers[v].dtype, buffers[v].shape) for v in (*inputs, *outputs))
+    const_bytes = sum(weights[v].nbytes for v in weights if v in buffers)
     return EmbeddedModule(base, entry, macro, source, header, plan.peak_bytes,
-                          plan.naive_bytes, math, io, len(inputs))
+                          plan.naive_bytes, math, io, len(inputs), const_bytes)
 
 
 def _const_array(cname: str, array: np.ndarray, dtype: str) -> str:
