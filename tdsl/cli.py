@@ -172,7 +172,8 @@ def _write_embedded(module, out: Path, target) -> None:
     if can_measure(target):
         with tempfile.TemporaryDirectory() as tmp:
             size = code_size(compile_object(module, target, tmp), target)
-        print(f"  code ({target.compiler}, {' '.join(target.flags[1:3])}): "
+        isa = [f for f in target.flags if f.startswith(("-O", "-mcpu", "-march", "-mfloat"))]
+        print(f"  code ({target.compiler} {' '.join(isa)}): "
               f"text {size.text}, data {size.data}, bss {size.bss} bytes")
     else:
         print(f"  code size: {target.compiler} or its binutils are not installed")
