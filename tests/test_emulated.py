@@ -57,6 +57,13 @@ def test_int8_ops_on_target_are_bit_exact(spec, name):
     np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(QUANT_CASES))
+def test_int8_ops_on_a_cortex_m0(name):
+    """ARMv6-M, no FPU, 16 KB of RAM (micro:bit): the smallest board QEMU emulates."""
+    test_int8_ops_on_target_are_bit_exact("c-embedded -mcpu=cortex-m0", name)
+
+
 def test_cortex_m55_helium_vectors():
     """MVE: the printer uses 128-bit vector types, the board (mps3-an547) runs them."""
     target = target_or_skip("c-embedded -mcpu=cortex-m55")
