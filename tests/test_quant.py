@@ -197,7 +197,7 @@ def test_requantize_scale_becomes_integers_at_build_time():
     fn = mod["f"].function(s=0.1)
     text = str(fn.outputs[0].op.body)
     m, s = quantize_multiplier(0.1 * 2.0)
-    assert f"requantize(" in text and str(m) in text and str(s) in text
+    assert "requantize(" in text and str(m) in text and str(s) in text
     assert "0.2" not in text
 
 

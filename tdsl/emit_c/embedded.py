@@ -41,7 +41,7 @@ ERRORS = (("ERR_ARENA_NULL", 1, "arena is NULL"),
 
 @dataclass(frozen=True)
 class EmbeddedModule:
-    """The ``.c``/``.h`` pair of one function, and what its arena and calls are."""
+    """The ``.c``/``.h`` pair of one function (or graph), and what its arena and calls are."""
     name: str                  # the function's C name; the entry is ``{name}_run``
     entry: str
     macro: str                 # prefix of the header's macros: ``{macro}_ARENA_BYTES``

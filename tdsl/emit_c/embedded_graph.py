@@ -22,12 +22,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import BuildError
-from ..lowering import te
 from ..lowering.dtypes import to_c
 from ..lowering.graph import memory
 from ..lowering.loop_ir import Buffer, LoweredFunc
 from ..target import as_target
-from .arena import ALIGN, buffer_bytes
+from .arena import buffer_bytes
 from .embedded import EmbeddedC, EmbeddedModule, header_text, translation_unit
 from .expressions import c_literal
 from .helpers import Helpers
