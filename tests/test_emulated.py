@@ -127,3 +127,13 @@ def test_requantize_is_bit_exact_on_target(spec):
         m, s = qref.quantize_multiplier(scale)
         want = [qref._wrap32(qref.scale_one(int(v), m, s)) for v in x]
         assert got.tolist() == want, scale
+
+
+def test_tdsl_test_property_tests_an_embedded_target(capsys):
+    """``tdsl test --target c-embedded``: drawn shapes, values and schedules, each built with
+    its sizes fixed and run as a program."""
+    from tdsl import cli
+    target_or_skip("c-embedded")
+    assert cli.main(["test", "std", "--op", "qadd", "--target", "c-embedded",
+                     "--examples", "2"]) == 0
+    assert "qadd: ok (2 examples)" in capsys.readouterr().out
