@@ -8,6 +8,8 @@ the first call with new shapes, and the kernels compiled for them then (cached a
 """
 from __future__ import annotations
 
+import dataclasses
+
 import warnings
 import zipfile
 from pathlib import Path
@@ -326,8 +328,12 @@ def _schedule_for(f: compose.FusedFunction, module, target: Target):
     op = f.anchor.op
     defs = module[op]._schedule_defs(target) if op in module else {}
     if "default" in defs:
-        return to_schedule(defs["default"], f.fn, INTRINSICS, dict(f.anchor_sizes),
-                           target), f"{op}'s"
+        sched = to_schedule(defs["default"], f.fn, INTRINSICS, dict(f.anchor_sizes), target)
+        if f.accumulator is not None:       # the anchor's output split from its epilogue
+            folded = compose.fold_cache_write(sched.directives, f.output_name, f.accumulator)
+            if folded is not None:
+                sched = dataclasses.replace(sched, directives=folded)
+        return sched, f"{op}'s"
     return default_schedule(f.fn, None, target), "auto"
 
 

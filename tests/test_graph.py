@@ -6,6 +6,7 @@ fused with unfused builds. Builds need gcc.
 from __future__ import annotations
 
 import shutil
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -123,10 +124,16 @@ def test_fusion_groups_of_the_small_cnn():
                        ("conv2d", "bias_add", "relu"),
                        ("conv2d", "bias_add", "add", "relu"), ("global_avg_pool2d",),
                        ("dense",)]
-    # the fused conv's output stage is the epilogue on the anchor's own stage, so the
-    # conv2d schedule applies to it unchanged
-    text = str(c.functions[0].fn)
-    assert "Y[n, f, y, x] = max(P[n, f // 16, y, x, f % 16] + n1_b[f], 0.0)" in text
+    # the fused conv's output stage is the epilogue on the anchor's reduction (renamed
+    # Y_acc), which the conv2d schedule computes as it computed the cache stage P of Y: its
+    # `P = cache_write(Y, local)` is folded away, and the schedule applies (no fallback)
+    f = c.functions[0]
+    assert "Y[n, f, y, x] = max(Y_acc[n, f, y, x] + n1_b[f], 0.0)" in str(f.fn)
+    assert f.accumulator == "Y_acc" and [t.name for t in f.fn.inputs][1] == "W"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")          # no "using the automatic schedule"
+        c.build(g.module, tdsl.Target("c"), ())
+    assert c.schedules[0] == "conv2d's"
 
 
 def test_injective_chains_fuse_and_reductions_take_them_as_inputs():

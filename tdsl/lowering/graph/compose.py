@@ -10,17 +10,27 @@ constant. The group's members are composed by substitution:
 - when injective ops follow a complex anchor (an epilogue), the anchor's output stage is
   inlined into them, and the last one's stage takes the name and axes of the anchor's
   output: ``Y[n, f, y, x] = relu(P[n, f // 16, y, x, f % 16] + b[f])``, scheduled exactly
-  as the anchor's ``Y`` was.
+  as the anchor's ``Y`` was;
+- when the anchor's output stage is a reduction (the textbook conv2d), it stays a stage,
+  renamed ``Y_acc`` (``accumulator``), and the epilogue's last stage takes the name and axes
+  of ``Y``: ``Y[n, f, y, x] = relu(Y_acc[n, f, y, x] + b[f])``. The anchor's schedule begins
+  with ``P = cache_write(Y, local)``, which that already is: `fold_cache_write` drops the
+  directive and names ``Y_acc`` ``P`` in the others, so the schedule applies unchanged;
+- the anchor's inputs keep the anchor's parameter names (``W``), which its schedule may name
+  (``cache_read(W, ...)``); other inputs are named after their graph values.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
+from .. import schedule as S
 from .. import te
 from ..dtypes import INDEX
 from ..simplify import simplify
 from .fuse import Group
 from .ir import Graph, Node, eval_size
+from .patterns import output_is_a_reduction
 
 
 @dataclass(frozen=True)
@@ -34,6 +44,8 @@ class FusedFunction:
     anchor: Node
     anchor_sizes: tuple[tuple[str, int], ...]
     ops: tuple[str, ...]
+    accumulator: str | None = None      # the anchor's reduction output, when renamed
+    output_name: str | None = None      # the anchor's output stage name
 
 
 def run(graph: Graph, group: Group, graph_sizes: dict[str, int], name: str) -> FusedFunction:
@@ -42,6 +54,13 @@ def run(graph: Graph, group: Group, graph_sizes: dict[str, int], name: str) -> F
     apos, last = group.nodes.index(group.anchor), len(nodes) - 1
     anchor = nodes[apos]
     taken = {t.name for t in anchor.fn.stages()}
+    # the anchor's own inputs keep its parameter names (its schedule may name them)
+    prefer = {v: ph.name for ph, v in zip(anchor.fn.inputs, anchor.inputs)}
+    if len(set(prefer.values())) != len(prefer):
+        prefer = {}                           # one value passed twice: no single name
+    taken |= set(prefer.values())
+    split_out = apos < last and output_is_a_reduction(anchor.fn)
+    accumulator = None
     placeholders: dict[str, te.Tensor] = {}
     inline: dict[str, tuple] = {}            # value -> (axis vars, expression)
     final, anchor_axes = [], None
@@ -54,7 +73,8 @@ def run(graph: Graph, group: Group, graph_sizes: dict[str, int], name: str) -> F
                 continue
             if v not in placeholders:
                 shape = tuple(te.Const(n, INDEX) for n in graph.shape_of(v, graph_sizes))
-                placeholders[v] = te.Tensor(_fresh(v, taken), shape, graph.value(v).dtype)
+                name = prefer[v] if v in prefer else _fresh(v, taken)
+                placeholders[v] = te.Tensor(name, shape, graph.value(v).dtype)
             mapping[id(ph)] = placeholders[v]
         post = _substituter(sub, mapping)
         out = node.fn.outputs[0]
@@ -63,17 +83,21 @@ def run(graph: Graph, group: Group, graph_sizes: dict[str, int], name: str) -> F
             axes = tuple(te.IterVar(ax.var, _const(ax.extent, post), ax.kind)
                          for ax in t.op.axes)
             body = te.rewrite(t.op.body, post)
-            real = (pos == apos and (t is not out or pos == last)) or (
+            real = (pos == apos and (t is not out or pos == last or split_out)) or (
                 pos == last and id(t) in results)
             if real:
                 shape = tuple(_const(d, post) for d in t.shape)
-                mapping[id(t)] = te.Tensor(t.name, shape, t.dtype, te.Compute(axes, body))
+                name = t.name
+                if split_out and pos == apos and t is out:
+                    name = accumulator = _fresh(f"{t.name}_acc", taken)
+                mapping[id(t)] = te.Tensor(name, shape, t.dtype, te.Compute(axes, body))
             else:
                 mapping[id(t)] = (tuple(ax.var for ax in axes), body)
         if pos == apos and pos < last:
-            anchor_axes = mapping[id(out)]
+            anchor_axes = (tuple(ax.var for ax in out.op.axes),)
         if pos < last:
-            assert isinstance(mapping[id(out)], tuple), "fusion keeps inner results inline"
+            assert split_out or isinstance(mapping[id(out)], tuple), \
+                "fusion keeps inner results inline"
             inline[node.outputs[0]] = mapping[id(out)]
         else:
             final = [mapping[id(o)] for o in node.fn.outputs]
@@ -82,7 +106,34 @@ def run(graph: Graph, group: Group, graph_sizes: dict[str, int], name: str) -> F
     fn = te.Function(name, tuple(placeholders.values()), tuple(final), (), anchor.fn.attrs)
     return FusedFunction(fn, tuple(placeholders), nodes[-1].outputs, anchor,
                          tuple(anchor.sizes(graph_sizes).items()),
-                         tuple(n.op for n in nodes))
+                         tuple(n.op for n in nodes), accumulator, anchor.fn.outputs[0].name)
+
+
+_STAGE_FIELDS = ("stage", "consumer", "tensor")
+
+
+def fold_cache_write(directives: tuple, output: str, accumulator: str) -> tuple | None:
+    """The anchor schedule's directives for a fused function whose anchor output was split
+    into ``accumulator`` (the reduction) and ``output`` (the epilogue): its first directive
+    on ``output`` must be ``cache_write(output) -> P``, which is dropped, ``P`` naming
+    ``accumulator`` in the rest. None when the schedule does not start so."""
+    first = next((d for d in directives if getattr(d, "stage", None) == output), None)
+    if not isinstance(first, S.CacheWrite):
+        return None
+    return _renamed([d for d in directives if d is not first], first.name, accumulator)
+
+
+def _renamed(directives, old: str, new: str) -> tuple:
+    out = []
+    for d in directives:
+        if isinstance(d, S.When):
+            d = dataclasses.replace(d, then=_renamed(d.then, old, new),
+                                    otherwise=_renamed(d.otherwise, old, new))
+        changes = {f: new for f in _STAGE_FIELDS if getattr(d, f, None) == old}
+        if isinstance(d, S.CacheRead) and old in d.readers:
+            changes["readers"] = tuple(new if r == old else r for r in d.readers)
+        out.append(dataclasses.replace(d, **changes) if changes else d)
+    return tuple(out)
 
 
 def _substituter(sub: dict, mapping: dict):

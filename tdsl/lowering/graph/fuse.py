@@ -6,8 +6,9 @@ output (so ``v`` never needs a buffer), and:
 
 - the node is injective and the group is all injective (injective chains fuse);
 - the node is injective, reads ``v`` elementwise (at its own indices, same shape), and
-  the group's anchor is complex-out-fusable with an injective output stage (conv2d +
-  bias_add + relu is one kernel: the epilogue is applied to each output as it is stored);
+  the group's anchor is complex-out-fusable with an injective output stage, or an output
+  stage that is one reduction (conv2d + bias_add + relu is one kernel: the epilogue is
+  applied to each output as it is stored);
 - the node is a reduction and the group is all injective (a reduction takes fused
   injective inputs; it becomes the anchor).
 
@@ -20,7 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .ir import Graph, Node
-from .patterns import Pattern, classify, output_is_injective, reads_elementwise
+from .patterns import (Pattern, classify, output_is_a_reduction, output_is_injective,
+                       reads_elementwise)
 
 
 @dataclass(frozen=True)
@@ -79,7 +81,8 @@ def _can_join(group: Group, graph: Graph, node: Node, k: int, pat: Pattern, patt
     if group.pattern == Pattern.COMPLEX and pat == Pattern.INJECTIVE:
         anchor = graph.nodes[group.anchor]
         v = node.inputs[k]
-        return (output_is_injective(anchor.fn) and reads_elementwise(node.fn, k)
+        return ((output_is_injective(anchor.fn) or output_is_a_reduction(anchor.fn))
+                and reads_elementwise(node.fn, k)
                 and graph.value(v).shape == graph.value(node.outputs[0]).shape
                 and node.inputs.count(v) == 1)
     return False

@@ -82,3 +82,11 @@ def output_is_injective(fn: te.Function) -> bool:
     out = fn.outputs[0]
     return not out.is_placeholder and not any(isinstance(e, te.Reduce)
                                               for e in te.walk(out.op.body))
+
+
+def output_is_a_reduction(fn: te.Function) -> bool:
+    """Whether the output stage is one top-level reduction, ``Y[...] = sum[...](...)`` (the
+    textbook conv2d, matmul): an epilogue fuses after it as its own stage reading it, which
+    the anchor's schedule computes where it computed the output (see compose.py)."""
+    out = fn.outputs[0]
+    return not out.is_placeholder and isinstance(out.op.body, te.Reduce)
