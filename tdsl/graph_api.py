@@ -109,11 +109,70 @@ class Graph:
         (from tuning the fused kernels, `tdsl.tuner.fused_task`) gives each kernel the best
         configuration it records on this machine (the schedule's defaults otherwise)."""
         target = as_target(target)
+        if target.kind == "c-embedded":
+            return EmulatedGraph(self.emit_embedded(target, params, shapes, fuse, fold),
+                                 target, flags)
         if target.kind != "c":
             raise BuildError(f"graphs build for the host C target only, not '{target}'")
         weights = load_params(params, self.ir)
         return GraphModule(self, weights, target, fuse, fold, dict(shapes or {}), flags,
                            tuning_log)
+
+
+    def emit_embedded(self, target: Target | str = "c-embedded", params=None,
+                      shapes: dict | None = None, fuse: bool = True, fold: bool = True):
+        """The graph as one embedded ``.c``/``.h`` pair (`tdsl.emit_c.embedded_graph`):
+        ``int <graph>_run(inputs..., outputs..., void *arena)``, the weights static const,
+        every intermediate and kernel workspace in one planned arena. Every size must be
+        known from the weights and ``shapes`` (a batch ``B``)."""
+        from .emit_c.embedded_graph import Step, emit_embedded_graph
+        target = as_target(target)
+        weights = load_params(params, self.ir)
+        sizes = bind_sizes(self.ir, weights, shapes)
+        compiled = CompiledGraph(self, weights, sizes, fuse, fold)
+        steps = []
+        for f in compiled.functions:
+            sched, _ = _schedule_for(f, self.module, target)
+            try:
+                func = lower(f.fn, sched, None, target=target)
+            except ScheduleError as e:
+                warnings.warn(f"{f.fn.name}: {e.message}; using the automatic schedule",
+                              stacklevel=2)
+                func = lower(f.fn, default_schedule(f.fn, None, target), target=target)
+            steps.append(Step(func, tuple(f.inputs), tuple(f.outputs)))
+        return emit_embedded_graph(self.name, steps, list(compiled.ir.inputs),
+                                   list(compiled.ir.outputs), compiled.weights, target)
+
+
+class EmulatedGraph:
+    """A graph built for ``c-embedded``, called on numpy arrays by running it natively or
+    under QEMU (tdsl.emulate): ``y = graph.build("c-embedded -mcpu=cortex-m4", params=w)(x)``.
+    ``module`` is the `EmbeddedModule` (source, header, arena_bytes)."""
+
+    def __init__(self, module, target, flags=None):
+        from .emulate import Bench, args_of, harness_source
+        self.module = module
+        self.target = as_target(target)
+        self._bench = Bench(self.target)
+        self._bench.build({f"{module.name}.c": module.source, f"{module.name}.h": module.header,
+                           "main.c": harness_source(f"{module.name}.h", module.entry,
+                                                    args_of(module.params, module.num_inputs),
+                                                    module.arena_bytes)}, tuple(flags or ()))
+
+    def __call__(self, *inputs):
+        from .emulate import shape_of
+        ins = self.module.params[:self.module.num_inputs]
+        if len(inputs) != len(ins):
+            raise CallError(f"graph {self.module.name} takes {len(ins)} input(s), got "
+                            f"{len(inputs)}")
+        for b, a in zip(ins, inputs):
+            if not isinstance(a, np.ndarray) or a.dtype != to_numpy(b.dtype) or \
+                    a.shape != shape_of(b):
+                raise CallError(f"input '{b.name}' must be a {to_numpy(b.dtype)} array of "
+                                f"shape {shape_of(b)} (the sizes this build fixed)")
+        outs = self._bench.run(list(inputs), [(shape_of(b), to_numpy(b.dtype)) for b in
+                                              self.module.params[self.module.num_inputs:]])
+        return outs[0] if len(outs) == 1 else tuple(outs)
 
 
 class CompiledGraph:
