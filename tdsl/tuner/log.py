@@ -142,10 +142,10 @@ def read_log(path) -> list[dict]:
 
 
 def _is_config(config) -> bool:
-    """A knob configuration: knob names to numbers or strings."""
+    """A knob configuration: knob names to numbers, strings or booleans (``knob rows in
+    [false, true]``, as conv2d's and matmul's templates have)."""
     return isinstance(config, dict) and all(
-        isinstance(k, str) and isinstance(v, (int, float, str)) and not isinstance(v, bool)
-        for k, v in config.items())
+        isinstance(k, str) and isinstance(v, (int, float, str, bool)) for k, v in config.items())
 
 
 def records_for(records, workload: Workload, machine: str | None = None) -> list[dict]:
