@@ -102,3 +102,25 @@ def test_kernel_and_reference_refuse_sizes_with_the_same_words():
     with pytest.raises(CallError) as got:
         m["conv1d_valid"].build()(*bad)
     assert "negative" in str(ref.value) and "negative" in str(got.value)
+
+
+@needs_gcc
+def test_a_pool_input_smaller_than_its_kernel_is_refused():
+    op = tdsl.stdlib["max_pool2d"]
+    x = np.ones((1, 1, 1, 4), np.float32)
+    with pytest.raises(CallError, match="smaller than a window"):
+        op.reference(x, kernel=2)
+    with pytest.raises(CallError, match="smaller than a window"):
+        op.build(kernel=2)(x)
+
+
+@needs_gcc
+def test_an_output_larger_than_memory_is_refused_before_allocation(monkeypatch):
+    from tdsl.lowering import sizes
+    monkeypatch.setattr(sizes, "memory_bytes", lambda: 1 << 20)
+    op = tdsl.loads(TWO_OPS)["double"]
+    x = np.ones(1 << 19, np.float32)            # 2 MiB in, 2 MiB out
+    with pytest.raises(CallError, match="more than this machine"):
+        op.reference(x)
+    with pytest.raises(CallError, match="more than this machine"):
+        op.build()(x)

@@ -95,6 +95,7 @@ class Kernel:
             if len(self._bound) >= 64:      # a kernel called at ever new shapes
                 self._bound.clear()
             env = self._bind_sizes(inputs)
+            sizes.check_shapes(self.func.attrs.get("stage_shapes", ()), env)
             check_reads(self.func.attrs.get("reads", ()), env)
             self._bound[key] = ([env[v.name] for v in self._free_sizes],
                                 [self._output_shape(b, env) for b in self._outputs])

@@ -87,6 +87,7 @@ class _Interp:
                                for i, b in enumerate(inputs)],
                               [np.shape(a) for a in arrays[:f.num_inputs]], self.env, "given",
                               f.shape_vars, f.name)
+        sizes.check_shapes(f.attrs.get("stage_shapes", ()), self.env)
         check_reads(f.attrs.get("reads", ()), self.env)
         outs = []
         for k, buf in enumerate(f.params):

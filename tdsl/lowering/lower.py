@@ -19,6 +19,7 @@ from . import te
 from .default_schedule import default_schedule
 from .loop_ir import LoweredFunc
 from .read_regions import reads
+from .sizes import stage_shapes
 from .passes import (apply_schedule, bounds_check, build_nests, flatten, partition, simplify,
                      unroll, vectorize, verify as verify_pass)
 from .schedule import Schedule
@@ -51,8 +52,10 @@ def lower(fn: te.Function, schedule: Schedule | None = None, config: dict | None
     dump = os.environ.get("TDSL_DUMP_IR") == "1"
     graph = apply_schedule.run(fn, schedule.resolve(config))
     func = build_nests.run(graph, shapes)
-    # what the algorithm reads, for the per-call region check of kernels and the interpreter
-    func = dataclasses.replace(func, attrs={**func.attrs, "reads": reads(fn)})
+    # what the algorithm reads and the sizes it writes, for the per-call checks of kernels
+    # and the interpreter (the reference's errors, before anything runs)
+    func = dataclasses.replace(func, attrs={**func.attrs, "reads": reads(fn),
+                                            "stage_shapes": stage_shapes(fn)})
     _after("build_nests", func, dump, verify)
     for name, step in PIPELINE if pipeline is None else pipeline:
         func = step(func)
