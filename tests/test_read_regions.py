@@ -87,3 +87,26 @@ def test_check_is_per_shape_not_per_call(module):
     with pytest.raises(CallError):
         kernel(f32(8), f32(7))
     kernel(f32(8), f32(8))
+
+
+@needs_gcc
+def test_sizes_fixed_at_build_time_are_checked_too(module):
+    kernel = module["add"].build(shapes={"N": 8})
+    with pytest.raises(CallError, match="index out of bounds"):
+        kernel(f32(8), f32(4))
+    np.testing.assert_array_equal(kernel(f32(8), f32(8)), 2 * f32(8))
+
+
+@needs_gcc
+@pytest.mark.parametrize("shapes", [None, {"N": 3, "D": 5}])
+def test_a_cache_region_read_by_empty_loops_is_empty_not_negative(shapes):
+    """softmax's Ps reads X[n, j * 16 + l] for j < D // 16: with the cache at Ps.l, its
+    region is D // 16 * 16 - 15 elements, negative for D < 16 (the call failed for want of
+    workspace, and gcc refused the fixed-size kernel)."""
+    op = tdsl.stdlib["softmax"]
+    s = op.schedule("naive").cache_read("X", "local", ["Ps"]).compute_at("X.local", "Ps", "l")
+    assert op.lower(schedule=s).attrs["unproven_accesses"] == 0
+    for d in (5, 40) if shapes is None else (5,):
+        x = np.random.default_rng(0).random((3, d), dtype=np.float32)
+        np.testing.assert_allclose(op.build(schedule=s, shapes=shapes)(x), op.reference(x),
+                                   rtol=1e-5)

@@ -122,7 +122,10 @@ class Kernel:
         """The sizes of this call, bound as the reference binds them (`lowering.sizes`)."""
         params = [(sizes.argument(b.name, i), b.shape, _describe(b))
                   for i, b in enumerate(self._inputs)]
-        fixed = {v.name: n for v, n in self._fixed.items()}
+        # sizes made constants by lowering (shapes=) or by the emitter: the algorithm's
+        # checks (stage shapes, read regions) still name them
+        fixed = {**self.func.attrs.get("fixed_sizes", {}),
+                 **{v.name: n for v, n in self._fixed.items()}}
         return sizes.bind(params, [np.shape(a) for a in inputs], fixed, "fixed at build time",
                           self.func.shape_vars, self.func.name)
 

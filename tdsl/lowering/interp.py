@@ -65,7 +65,8 @@ def run(func: LoweredFunc, arrays, shapes: dict[str, int] | None = None
 class _Interp:
     def __init__(self, func: LoweredFunc, shapes):
         self.func = func
-        self.env: dict[str, object] = {k: int(v) for k, v in (shapes or {}).items()}
+        given = {**func.attrs.get("fixed_sizes", {}), **(shapes or {})}
+        self.env: dict[str, object] = {k: int(v) for k, v in given.items()}
         self.mem: dict = {}
         self.layout: dict = {}                 # buffer -> (shape, strides, size)
 

@@ -55,7 +55,8 @@ def lower(fn: te.Function, schedule: Schedule | None = None, config: dict | None
     # what the algorithm reads and the sizes it writes, for the per-call checks of kernels
     # and the interpreter (the reference's errors, before anything runs)
     func = dataclasses.replace(func, attrs={**func.attrs, "reads": reads(fn),
-                                            "stage_shapes": stage_shapes(fn)})
+                                            "stage_shapes": stage_shapes(fn),
+                                            "fixed_sizes": dict(shapes or {})})
     _after("build_nests", func, dump, verify)
     for name, step in PIPELINE if pipeline is None else pipeline:
         func = step(func)
