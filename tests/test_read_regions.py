@@ -110,3 +110,21 @@ def test_a_cache_region_read_by_empty_loops_is_empty_not_negative(shapes):
         x = np.random.default_rng(0).random((3, d), dtype=np.float32)
         np.testing.assert_allclose(op.build(schedule=s, shapes=shapes)(x), op.reference(x),
                                    rtol=1e-5)
+
+
+@needs_gcc
+def test_compute_at_of_a_gathers_producer():
+    """T computed at Y.i, read as T[I[i]]: legal (the region is T's whole row), and it was
+    refused by the printer ("cannot print Load nodes")."""
+    op = tdsl.loads("""
+op g(X: f32[N], I: i32[K]) -> Y: f32[K] {
+    T: f32[N]
+    T[n] = X[n] * 2.0
+    Y[i] = T[I[i]]
+}""")["g"]
+    s = op.schedule("naive").compute_at("T", "Y", "i")
+    x, idx = f32(6), np.array([5, 0, 3], np.int32)
+    np.testing.assert_array_equal(op.build(schedule=s)(x, idx), op.reference(x, idx))
+    np.testing.assert_array_equal(interp.run(op.lower(schedule=s), [x, idx])[0], x[idx] * 2)
+    with pytest.raises(CallError, match="index out of bounds"):
+        op.build(schedule=s)(x, np.array([6], np.int32))

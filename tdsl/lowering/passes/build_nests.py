@@ -274,7 +274,10 @@ class Builder:
         for d in range(len(pst.shape)):
             full = (te.Const(0, INDEX), self.bind(pst.shape[d]))
             boxes = [B.relax(ld.indices[d], inner) for ld, inner in relaxed]
-            if not boxes or None in boxes:
+            # a gather's index (T[I[i]]) is data: its region is known only as the whole
+            # dimension (a region bounded by loads would need them loaded before the loop)
+            if not boxes or None in boxes or any(isinstance(x, te.Load) for box in boxes
+                                                 for end in box for x in te.walk(end)):
                 region.append(full)
                 continue
             lo, hi = boxes[0]
