@@ -183,3 +183,53 @@ def test_version_in_process(capsys):
         cli.main(["--version"])
     assert info.value.code == 0
     assert capsys.readouterr().out.strip() == f"tdsl {tdsl.__version__}"
+
+
+# ---------------------------------------------------------------------------- mistakes (issue 9)
+
+HALVES = """op halves(X: f32[N]) -> (Lo: f32[N // 2], Hi: f32[N - N // 2]) {
+    Lo[i] = X[i]
+    Hi[i] = X[N // 2 + i]
+}
+"""
+
+
+@pytest.fixture
+def halves(tmp_path):
+    path = tmp_path / "halves.tdsl"
+    path.write_text(HALVES)
+    return path
+
+
+@pytest.mark.parametrize("args, message", [
+    (["test", "{f}", "--op", "nope"], "no op 'nope'"),
+    (["build", "{f}", "-o", "/proc/x"], "can't create the output directory"),
+    (["build", "std", "-o", "{d}"], "defines no op of its own"),
+    (["run", "{f}", "--shape", "Q=3"], "has no size Q"),
+    (["run", "{f}", "--shape", "N=0"], "at least 1"),
+    (["run", "{f}", "--shape", "N=-3"], "NAME=INT"),
+    (["run", "{f}", "--shape", "N=4,N=8"], "gives N twice"),
+    (["tune", "std", "--op", "matmul", "--shape", "M=8,N=8,K=8", "--plot", "/nodir/x.png"],
+     "does not exist or is not writable"),
+    (["tune", "std", "--op", "matmul", "--shape", "M=8,N=8,K=8", "--transfer-log",
+      "/nonexistent.jsonl"], "no such file"),
+])
+def test_mistakes_are_errors_not_tracebacks_or_no_ops(capsys, tmp_path, halves, args, message):
+    args = [a.format(f=halves, d=tmp_path / "out") for a in args]
+    code, out, err = main(capsys, *args)
+    assert code == 1 and message in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("args", [["test", "{f}", "--examples", "0"],
+                                  ["tune", "{f}", "--batch", "0"]])
+def test_counts_must_be_positive(capsys, halves, args):
+    with pytest.raises(SystemExit) as info:
+        cli.main([a.format(f=halves) for a in args])
+    assert info.value.code == 2 and "at least 1" in capsys.readouterr().err
+
+
+def test_run_and_test_take_subtracted_and_halved_sizes(capsys, halves):
+    code, out, err = main(capsys, "run", halves, "--shape", "N=9")
+    assert code == 0 and "max |tdsl - reference| = 0" in out, err
+    code, out, err = main(capsys, "test", halves, "--examples", "3")
+    assert code == 0 and "halves: ok" in out, err
