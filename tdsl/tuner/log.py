@@ -142,10 +142,9 @@ def read_log(path) -> list[dict]:
 
 
 def _is_config(config) -> bool:
-    """A knob configuration: knob names to numbers or strings."""
+    """A knob configuration: knob names to values (numbers, strings, booleans)."""
     return isinstance(config, dict) and all(
-        isinstance(k, str) and isinstance(v, (int, float, str)) and not isinstance(v, bool)
-        for k, v in config.items())
+        isinstance(k, str) and isinstance(v, (int, float, str, bool)) for k, v in config.items())
 
 
 def records_for(records, workload: Workload, machine: str | None = None) -> list[dict]:
