@@ -4,6 +4,7 @@
     python benchmarks/bench_ops.py matmul     # cases whose name contains "matmul"
     python benchmarks/bench_ops.py --tune 64 --log tuned.jsonl conv    # tuned first (gbt)
     python benchmarks/bench_ops.py --log tuned.jsonl                   # apply an earlier log
+    python benchmarks/bench_ops.py --target "c -march=x86-64-v3"       # another target
 
 Machines here are shared and noisy: read the ratios, not the absolute times. tdsl, numpy and
 PyTorch are timed in turn, three rounds; each figure is the best round's median of repeats
@@ -22,6 +23,7 @@ import warnings
 import numpy as np
 
 import tdsl
+from tdsl.emit_c.peak import measure_peak_gflops
 from tdsl.tuner.log import Workload
 from tdsl.tuner.task import Task
 from tdsl.tuner.tune import tune
@@ -45,14 +47,14 @@ op dense_relu(X: f32[N, K], W: f32[M, K], b: f32[M]) -> Y: f32[N, M] {
     Y[n, m] = max(P[n, m] + b[m], 0.0)
 }
 schedule dense_relu for cpu {
-    io, jo, ii, ji = tile(Y.n, Y.m, 12, 32)
+    io, jo, ii, ji = tile(Y.n, Y.m, registers * 3 // 8, 2 * lanes)
     compute_at(P, Y.jo)
-    jv, jl = split(P.m, 16)
+    jv, jl = split(P.m, lanes)
     reorder(P.k, P.n, jv, jl)
     unroll(P.n)
     unroll(jv)
     vectorize(jl)
-    cv, cl = split(ji, 16)
+    cv, cl = split(ji, lanes)
     unroll(ii)
     unroll(cv)
     vectorize(cl)
@@ -102,6 +104,10 @@ def cases():
            lambda: np.maximum(x @ w.T + bias, 0),
            (lambda tx=_t(x), tw=_t(w), tb=_t(bias): torch.relu(torch.addmm(tb, tx, tw.T)))
            if torch else None)
+    yield ("dense 1024 (std)", 2 * n ** 3, std["dense"], (x, w, bias), {},
+           lambda: x @ w.T + bias,
+           (lambda tx=_t(x), tw=_t(w), tb=_t(bias): torch.addmm(tb, tx, tw.T))
+           if torch else None)
     for c, hw in ((64, 56), (128, 28), (256, 14)):
         x, w = rand(1, c, hw, hw), rand(c, c, 3, 3)
         yield (f"conv2d {c}x{hw}x{hw}->{c}", 2 * c * c * 9 * hw * hw, std["conv2d"], (x, w),
@@ -149,9 +155,9 @@ def _np_gelu_affine(x):
     return 0.5 * y * (1 + np.tanh(0.7978845608 * (y + 0.044715 * y * y * y)))
 
 
-def tune_case(op, shapes, attrs, trials, log):
+def tune_case(op, shapes, attrs, trials, log, target):
     """Tune a standard-library op at these sizes (its records go to ``log``)."""
-    task = Task(Workload.make("std", op.name, shapes, attrs))
+    task = Task(Workload.make("std", op.name, shapes, attrs, str(target)))
     result = tune(task, trials, log, "gbt", compare_numpy=False)
     print(f"  tuned {task.workload} ({len(task.space)} configurations): "
           f"{result.trials} trials, best {result.best_config}", file=sys.stderr, flush=True)
@@ -163,9 +169,18 @@ def main(argv):
     p.add_argument("--log", help="build with the best configurations of this tuning log")
     p.add_argument("--tune", type=int, metavar="TRIALS",
                    help="first tune each standard-library case for TRIALS trials into --log")
+    p.add_argument("--target", default="c", help="what to build for (default: c, this "
+                   "machine), e.g. 'c -march=x86-64-v3'")
     args = p.parse_args(argv)
     if args.tune and not args.log:
         p.error("--tune needs --log")
+    target = tdsl.Target(args.target)
+    if target.unrunnable_reason():
+        p.error(target.unrunnable_reason())
+    peak = measure_peak_gflops(target)
+    print(f"target: {target}: {target.lanes} lanes, {target.registers} registers; "
+          f"fp32 FMA peak measured now {peak:.0f} GFLOP/s (formula: "
+          f"{target.peak_gflops():.0f}; `tdsl target --measure`)")
     print(f"{'case':28} {'tdsl ms':>9} {'numpy ms':>9} {'torch ms':>9} "
           f"{'vs numpy':>9} {'vs torch':>9} {'tdsl rate':>12}")
     for name, work, op, arrays, attrs, np_fn, torch_fn in cases():
@@ -174,11 +189,11 @@ def main(argv):
         # specialised to the sizes, as an ahead-of-time compiler for a fixed workload is
         shapes = op.sizes_of(*arrays, **attrs)
         std = op.module.name == "std"
-        if args.tune and std and op.schedule(shapes=shapes, **attrs).knobs:
-            tune_case(op, shapes, attrs, args.tune, args.log)
+        if args.tune and std and op.schedule(target=target, shapes=shapes, **attrs).knobs:
+            tune_case(op, shapes, attrs, args.tune, args.log, target)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")         # no record: the defaults, as without a log
-            kernel = op.build(target="c", shapes=shapes,
+            kernel = op.build(target=target, shapes=shapes,
                               tuning_log=args.log if std else None, **attrs)
         out = kernel(*arrays)
         ref = op.reference(*arrays, **attrs) if arrays[0].size <= (1 << 22) else None
@@ -194,6 +209,8 @@ def main(argv):
             rate = f"{work / t / 1e9:.1f} GB/s"
         elif work:
             rate = f"{work / t / 1e9:.1f} GFLOP/s"
+            if name.startswith("matmul"):
+                rate += f" ({100 * work / t / 1e9 / peak:.0f}% of peak)"
         print(f"{name:28} {t * 1e3:9.3f} {_ms(tn)} {_ms(tt)} {_ratio(tn, t)} {_ratio(tt, t)} "
               f"{rate:>12}", flush=True)
 

@@ -12,9 +12,10 @@ __version__ = "0.1.0"
 
 from .errors import CallError, CheckError, ParseError, ScheduleError, TdslError  # noqa: E402
 from .target import Target, TargetError, as_target  # noqa: E402
-from .api import Module, Op, load, loads  # noqa: E402
+from .api import Graph, GraphModule, Module, Op, load, loads  # noqa: E402
 
-__all__ = ["Target", "TargetError", "as_target", "TdslError", "ParseError", "CheckError", "ScheduleError", "CallError", "Module",
+__all__ = ["Target", "TargetError", "as_target", "TdslError", "ParseError", "CheckError",
+           "ScheduleError", "CallError", "Module", "Graph", "GraphModule",
            "Op", "load", "loads", "stdlib", "__version__"]
 
 

@@ -1,4 +1,5 @@
-"""The public objects: `Module` (a checked .tdsl file) and `Op` (one operator in it).
+"""The public objects: `Module` (a checked .tdsl file), `Op` (one operator in it) and
+`Graph` (one model in it, from `graph_api`).
 
 This module sits on top of the pipeline: it drives the front end, the reference evaluator,
 lowering and the emitters, and nothing below imports it.
@@ -11,12 +12,16 @@ import warnings
 import numpy as np
 
 from .emit_c.kernel import build_kernel
+from .emulate import build_emulated
+from .emit_cuda import build_cuda
+from .emit_opencl import build_opencl
 from .errors import BuildError, CallError, ScheduleError
 from .frontend import ast, unparse
 from .frontend.program import OpDefinition, Program, load_program, program_from_text, \
     std_program
 from .frontend.schedules import block_serves, to_schedule
 from .frontend.to_te import ranks_for_pack
+from .graph_api import Graph, GraphModule
 from .lowering import te
 from .lowering.default_schedule import default_schedule
 from .lowering.intrinsics import INTRINSICS
@@ -28,7 +33,8 @@ from .target import Target, as_target
 from .tuner.log import Workload, best_record, read_log, records_for
 
 # target kind -> the function that builds a lowered function into a callable kernel
-BACKENDS = {"c": build_kernel}
+BACKENDS = {"c": build_kernel, "c-embedded": build_emulated, "cuda": build_cuda,
+            "opencl": build_opencl}
 
 
 class Op:
@@ -199,26 +205,34 @@ class Op:
 
 
 class Module:
-    """A checked .tdsl file: ``module["matmul"]`` is an `Op`."""
+    """A checked .tdsl file: ``module["matmul"]`` is an `Op`, ``module["net"]`` a `Graph`."""
 
     def __init__(self, program: Program, name: str):
         self._program = program
         self.name = name
         self._ops = {n: Op(d, self) for n, d in program.all_ops().items()}
+        self._graphs = {n: Graph(g, self) for n, g in program.checked_graphs.items()}
 
     @property
     def program(self) -> Program:
         return self._program
 
-    def __getitem__(self, name: str) -> Op:
+    def __getitem__(self, name: str) -> Op | Graph:
+        if name in self._graphs:
+            return self._graphs[name]
         try:
             return self._ops[name]
         except KeyError:
+            graphs = f"; graphs: {', '.join(self._graphs)}" if self._graphs else ""
             raise KeyError(f"no op '{name}' in {self.name} (ops: "
-                           f"{', '.join(sorted(self._ops))})") from None
+                           f"{', '.join(sorted(self._ops))}{graphs})") from None
 
     def __contains__(self, name: str) -> bool:
-        return name in self._ops
+        return name in self._ops or name in self._graphs
+
+    def graphs(self) -> list[str]:
+        """The graphs defined in this file, in source order."""
+        return list(self._graphs)
 
     def __iter__(self):
         return iter(self._ops)
@@ -265,4 +279,4 @@ def stdlib() -> Module:
     return Module(std_program(), "std")
 
 
-__all__ = ["Op", "Module", "load", "loads", "stdlib"]
+__all__ = ["Op", "Module", "Graph", "GraphModule", "load", "loads", "stdlib"]

@@ -9,6 +9,7 @@ import argparse
 import os
 import shutil
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -129,17 +130,28 @@ def cmd_lower(args) -> int:
 def cmd_emit(args) -> int:
     op = _op_of(args)
     target = as_target(args.target)
-    if target.kind != "c":
+    if target.kind not in ("c", "c-embedded"):
         raise TdslError(f"tdsl emit prints C; target '{target}' has no printer yet")
     func = op.lower(args.schedule, parse_shapes(args.shape), target=target,
                     **parse_attrs(args.attr))
+    if target.kind == "c-embedded":
+        from .emit_c.embedded import emit_embedded
+        module = emit_embedded(func, target=target)
+        print(module.header)
+        print(module.source)
+        return 0
     print(emit_c(func, target=target).source)   # the sizes are constants of the function
     return 0
 
 
 def cmd_target(args) -> int:
     """What tdsl knows of a target: lanes, registers, caches, compiler, peak."""
-    print(as_target(args.spec).describe())
+    target = as_target(args.spec)
+    print(target.describe())
+    if args.measure:
+        from .emit_c.peak import measure_peak_gflops
+        print(f"measured   {measure_peak_gflops(target):.0f} GFLOP/s fp32 FMA on all cores "
+              f"(a short loop of independent vector FMAs)")
     return 0
 
 
@@ -157,6 +169,8 @@ def cmd_build(args) -> int:
     except OSError as e:
         raise TdslError(f"can't create the output directory {out}: {e.strerror}") from None
     shapes, attrs = parse_shapes(args.shape), parse_attrs(args.attr)
+    if as_target(args.target).kind == "c-embedded":
+        return _build_embedded(mod, names, out, shapes, attrs, args)
     for name in names:
         kernel = mod[name].build(args.target, args.schedule, shapes,
                                  tuning_log=args.tuning_log, **attrs)
@@ -168,6 +182,31 @@ def cmd_build(args) -> int:
             raise TdslError(f"can't write to {out}: {e.strerror}") from None
         print(f"{name}: {out / (name + '.c')}, {out / (name + '.h')}, "
               f"{out / ('lib' + name + '.so')}")
+    return 0
+
+
+def _build_embedded(mod, names, out: Path, shapes, attrs, args) -> int:
+    """The .c/.h pair of each op; its arena, and its code size where the compiler is here."""
+    from .emit_c.embedded import emit_embedded
+    from .emit_c.embedded_build import can_measure, code_size, compile_object
+    target = as_target(args.target)
+    for name in names:
+        if name not in mod:
+            raise TdslError(f"no op '{name}' in {args.file} (ops: {', '.join(sorted(mod))})")
+        func = mod[name].lower(args.schedule, shapes, target=target, **attrs)
+        module = emit_embedded(func, target=target)
+        (out / f"{module.name}.c").write_text(module.source)
+        (out / f"{module.name}.h").write_text(module.header)
+        print(f"{name}: {out / (module.name + '.c')}, {out / (module.name + '.h')}")
+        print(f"  entry {module.entry}, arena {module.arena_bytes} bytes "
+              f"({module.macro}_ARENA_BYTES; {module.naive_bytes} without reuse)")
+        if can_measure(target):
+            with tempfile.TemporaryDirectory() as tmp:
+                size = code_size(compile_object(module, target, tmp), target)
+            print(f"  code ({target.compiler}, {' '.join(target.flags[1:3])}): "
+                  f"text {size.text}, data {size.data}, bss {size.bss} bytes")
+        else:
+            print(f"  code size: {target.compiler} or its binutils are not installed")
     return 0
 
 
@@ -249,6 +288,44 @@ def _dask_measurer(dask_measurer, args):
                         hint="start one with `dask scheduler`, or drop --dask") from None
 
 
+def cmd_graph(args) -> int:
+    """The graph after the passes: kernels and the ops fused in each, layouts, memory plan."""
+    from .graph_api import CompiledGraph, Graph, bind_sizes
+    mod = load(args.file)
+    names = mod.graphs()
+    if not names:
+        raise TdslError(f"{args.file} defines no graph")
+    name = args.graph or names[0]
+    if args.graph is None and len(names) > 1:
+        raise TdslError(f"{args.file} defines several graphs ({', '.join(names)}): "
+                        f"say which with --graph")
+    if name not in names:
+        raise TdslError(f"{args.file} has no graph '{name}' (graphs: {', '.join(names)})")
+    graph: Graph = mod[name]
+    shapes = parse_shapes(args.shape) or {}
+    weights = graph.load_params(args.params) if args.params else \
+        graph.random_params(shapes=shapes)
+    sizes = bind_sizes(graph.ir, weights, shapes, partial=True)
+    missing = [s for s in graph.ir.sizes if s not in sizes]
+    if missing:
+        raise TdslError(f"graph {name}: give the size{'s' * (len(missing) > 1)} "
+                        f"{', '.join(missing)} with --shape, e.g. --shape {missing[0]}=1")
+    compiled = CompiledGraph(graph, weights, sizes, not args.no_fuse, not args.no_fold)
+    print(compiled.describe())
+    if args.plan_json:
+        import json
+        Path(args.plan_json).write_text(json.dumps(compiled.plan.as_dict(), indent=1))
+    return 0
+
+
+def cmd_import(args) -> int:
+    from .onnx_import import import_onnx
+    out = import_onnx(args.model, args.output, args.name)
+    print(f"wrote {out.tdsl} and {out.npz} (graph {out.graph}: {out.nodes} ops, "
+          f"{out.params} weights)")
+    return 0
+
+
 def cmd_test(args) -> int:
     from .testing import run_property_test
     mod = load(args.file)
@@ -278,6 +355,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "machine): vector lanes, registers, caches, compiler flags, FMA peak")
     tg.add_argument("spec", nargs="?", default="c", metavar="TARGET",
                     help="e.g. 'c', 'c -march=x86-64-v3', 'c -march=armv8-a'")
+    tg.add_argument("--measure", action="store_true",
+                    help="also measure the fp32 FMA peak with a short loop on every core")
     tg.set_defaults(run=cmd_target)
 
     def op_command(name, help_text, run):
@@ -295,7 +374,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     op_command("lower", "print an op's loop nest", cmd_lower)
     op_command("emit", "print the generated source", cmd_emit)
-    b = op_command("build", "write .c, .h and the shared library", cmd_build)
+    b = op_command("build", "write .c, .h and the shared library (c-embedded: the .c/.h "
+                   "pair, its arena and code size)", cmd_build)
     b.add_argument("-o", "--output", required=True, metavar="DIR")
     b.add_argument("--tuning-log", metavar="PATH", help="apply the best configuration that "
                    "this `tdsl tune` log holds for the op at --shape on this machine")
@@ -320,6 +400,24 @@ def build_parser() -> argparse.ArgumentParser:
                     "scheduler's workers (pip install 'tdsl[distributed]')")
     tu.add_argument("--plot", metavar="PNG", help="draw best GFLOP/s against trials "
                     "(pip install 'tdsl[plot]')")
+
+    gr = sub.add_parser("graph", help="print a graph after the passes: fused kernels, "
+                        "layouts, memory plan")
+    gr.add_argument("file", metavar="FILE")
+    gr.add_argument("--graph", help="the graph (needed when FILE has several)")
+    gr.add_argument("--shape", help="sizes the weights don't fix, e.g. B=1")
+    gr.add_argument("--params", metavar="NPZ", help="weights (default: random ones)")
+    gr.add_argument("--no-fuse", action="store_true", help="one kernel per op")
+    gr.add_argument("--no-fold", action="store_true", help="no constant folding")
+    gr.add_argument("--plan-json", metavar="PATH", help="write the memory plan as JSON")
+    gr.set_defaults(run=cmd_graph)
+
+    im = sub.add_parser("import", help="convert an ONNX model to a .tdsl graph and an .npz "
+                        "of its weights (pip install 'tdsl[onnx]')")
+    im.add_argument("model", metavar="MODEL.onnx")
+    im.add_argument("-o", "--output", required=True, metavar="DIR/NAME.tdsl")
+    im.add_argument("--name", help="the graph's name (default: the output file's stem)")
+    im.set_defaults(run=cmd_import)
 
     t = sub.add_parser("test", help="property-test ops: random shapes, values, schedules")
     t.add_argument("file", metavar="FILE")

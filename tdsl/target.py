@@ -92,9 +92,9 @@ class Target(metaclass=_ParsedFromString):
         return dict(self.options).get(name, default)
 
     @property
-    def is_host(self) -> bool:
-        """Whether code for this target runs in this process (vs a cross build)."""
-        return self.kind == "c" and self.arch == host_arch()
+    def is_gpu(self) -> bool:
+        """Whether code for this target runs as kernels of threads in blocks (CUDA, OpenCL)."""
+        return self.warp > 0
 
     def constants(self) -> dict[str, int]:
         """What schedule blocks may name: ``lanes``, ``registers``, ``l1``, ``l2`` (and on
@@ -189,7 +189,8 @@ def _parse(spec: str) -> Target:
 
 def _KNOWN_HINT() -> str:
     return ("targets: " + ", ".join(sorted(KINDS)) +
-            "; e.g. 'c', 'c -march=x86-64-v3', 'c -march=armv8-a'")
+            "; e.g. 'c', 'c -march=x86-64-v3', 'c -march=armv8-a', 'cuda -arch=sm_90', "
+            "'opencl'")
 
 
 def _int_option(options: dict, name: str, default: int) -> int:
@@ -215,6 +216,8 @@ def _resolve_c(options: dict) -> Target:
     if unknown:
         raise TargetError(f"unknown option -{sorted(unknown)[0]} for target kind c",
                           hint="options: " + ", ".join(f"-{o}" for o in sorted(_C_OPTIONS)))
+    if options.get("march") == "native":       # the default, named: the same target as "c"
+        del options["march"]
     isa_flags = tuple(f"-{k}={options[k]}" for k in ("march", "mcpu", "mtune") if k in options)
     if not any(f.startswith(("-march", "-mcpu")) for f in isa_flags):
         isa_flags = ("-march=native",) + isa_flags
@@ -313,6 +316,61 @@ def _native_isa(compiler: str) -> frozenset[str]:
                      if m.startswith(_ISA_MACROS))
 
 
+# ----------------------------------------------------------------------------- GPUs
+
+# CUDA: what every architecture from sm_75 up guarantees per block (static shared memory is
+# capped at 48 KiB without the opt-in of cudaFuncSetAttribute). ``-arch`` defaults to the
+# H200/H100 generation this project's GPU machines have.
+_CUDA_OPTIONS = {"arch", "max_threads", "shared_bytes", "warp"}
+_CUDA_DEFAULT_ARCH = "sm_90"
+
+# OpenCL: the minimums the OpenCL 1.2 specification guarantees of any full-profile device
+# (CL_DEVICE_LOCAL_MEM_SIZE >= 32 KiB); 256 work-items per group is what every GPU and PoCL
+# give. The warp is a scheduling hint only (32 suits NVIDIA, AMD's RDNA and PoCL's
+# vectorized work-group loops alike); every value may be overridden.
+_OPENCL_OPTIONS = {"max_threads", "shared_bytes", "warp", "device"}
+
+
+def _gpu_options(kind: str, options: dict, known: set) -> None:
+    unknown = set(options) - known
+    if unknown:
+        raise TargetError(f"unknown option -{sorted(unknown)[0]} for target kind {kind}",
+                          hint="options: " + ", ".join(f"-{o}" for o in sorted(known)))
+
+
+@register_kind("cuda", runs_in_process=True)
+def _resolve_cuda(options: dict) -> Target:
+    _gpu_options("cuda", options, _CUDA_OPTIONS)
+    arch = options.get("arch", _CUDA_DEFAULT_ARCH)
+    if not re.fullmatch(r"sm_\d+[a-z]?", arch):
+        raise TargetError(f"-arch={arch} is not a CUDA architecture",
+                          hint="e.g. cuda -arch=sm_90 (H100/H200), -arch=sm_80 (A100)")
+    number = re.sub(r"\D", "", arch)
+    # SASS for the architecture and its PTX, so newer GPUs can JIT the kernels
+    flags = ("-O3", "-x", "cu", f"-gencode=arch=compute_{number},code={arch}",
+             f"-gencode=arch=compute_{number},code=compute_{number}",
+             "-shared", "-Xcompiler", "-fPIC")
+    return Target("cuda", tuple(sorted(options.items())), arch, 1, 64, DEFAULT_L1, DEFAULT_L2,
+                  "nvcc", flags, warp=_int_option(options, "warp", 32),
+                  max_threads=_int_option(options, "max_threads", 1024),
+                  shared_bytes=_int_option(options, "shared_bytes", 48 * 1024))
+
+
+@register_kind("opencl", runs_in_process=True)
+def _resolve_opencl(options: dict) -> Target:
+    _gpu_options("opencl", options, _OPENCL_OPTIONS)
+    device = options.get("device", "default")
+    if device not in ("default", "cpu", "gpu", "all"):
+        raise TargetError(f"-device={device} is not an OpenCL device type",
+                          hint="-device=default|cpu|gpu|all (the first such device is used)")
+    # the generated host stub is C, built by gcc against the ICD loader (libOpenCL)
+    return Target("opencl", tuple(sorted(options.items())), "opencl", 1, 64, DEFAULT_L1,
+                  DEFAULT_L2, "gcc", ("-O2", "-shared", "-fPIC"),
+                  warp=_int_option(options, "warp", 32),
+                  max_threads=_int_option(options, "max_threads", 256),
+                  shared_bytes=_int_option(options, "shared_bytes", 32 * 1024))
+
+
 # ----------------------------------------------------------------------------- the host
 
 @functools.lru_cache(maxsize=None)
@@ -368,6 +426,72 @@ def host_ghz() -> float:
     except (OSError, ValueError):
         pass
     return 2.0
+
+
+# ----------------------------------------------------------------------------- c-embedded
+
+# Options of c-embedded besides the ISA ones: -mtriple names the toolchain (its compiler is
+# TRIPLE-gcc), -mfloat-abi the float ABI of an Arm CPU.
+_EMBEDDED_OPTIONS = {"march", "mcpu", "mtune", "mtriple", "mfloat-abi", "cc", "lanes",
+                     "registers", "l1", "l2"}
+
+
+@register_kind("c-embedded")
+def _resolve_c_embedded(options: dict) -> Target:
+    """Strict C99 for microcontrollers and small boards (tdsl/emit_c/embedded.py).
+
+    ``c-embedded`` alone is portable C built by the host's gcc at its default ISA;
+    ``-mcpu=cortex-m4`` (any Cortex-M) builds with arm-none-eabi-gcc in Thumb mode, with the
+    hardware float ABI where the compiler says the CPU has an FPU; ``-march=armv8-a``,
+    ``-march=armv7-a``, ``-march=rv64gc`` pick the Linux cross compilers as the ``c`` kind
+    does; ``-mtriple=riscv64-linux-gnu`` names a toolchain outright. Lanes and registers come
+    from the compiler's macros for those flags (no MVE/NEON: scalar code, one lane).
+    """
+    unknown = set(options) - _EMBEDDED_OPTIONS
+    if unknown:
+        raise TargetError(f"unknown option -{sorted(unknown)[0]} for target kind c-embedded",
+                          hint="options: " + ", ".join(f"-{o}" for o in
+                                                      sorted(_EMBEDDED_OPTIONS)))
+    isa_flags = tuple(f"-{k}={options[k]}" for k in ("march", "mcpu", "mtune") if k in options)
+    cpu = (options.get("mcpu") or options.get("march") or "").lower()
+    triple = options.get("mtriple")
+    cortex_m = cpu.startswith(("cortex-m", "armv6-m", "armv7-m", "armv7e-m", "armv8-m",
+                               "armv8.1-m")) or (triple or "").endswith("-eabi")
+    if options.get("cc"):
+        compiler = options["cc"]
+    elif triple:
+        compiler = f"{triple}-gcc"
+    elif cortex_m:
+        compiler = "arm-none-eabi-gcc"
+    elif isa_flags:
+        compiler = _compiler_for(options)
+    else:
+        compiler = "gcc"
+    if cortex_m:
+        isa_flags += ("-mthumb",)
+        abi = options.get("mfloat-abi")
+        if abi is None:             # hard float where the CPU has an FPU, as the compiler says
+            try:
+                compiler_macros(compiler, isa_flags + ("-mfloat-abi=hard",))
+                abi = "hard"
+            except TargetError:
+                abi = "soft"
+        isa_flags += (f"-mfloat-abi={abi}",)
+    elif "mfloat-abi" in options:
+        isa_flags += (f"-mfloat-abi={options['mfloat-abi']}",)
+    macros = compiler_macros(compiler, isa_flags)
+    arch = _arch_of(macros)
+    lanes, registers = _vector_facts(macros)
+    lanes = _int_option(options, "lanes", lanes)
+    registers = _int_option(options, "registers", registers)
+    # value-preserving options only (see _resolve_c); no OpenMP, no shared library: the
+    # output is a .c/.h pair the user's own build compiles
+    flags = ("-std=c99", "-O2", *isa_flags, "-fno-math-errno", "-fno-trapping-math",
+             "-fwrapv", "-ffunction-sections", "-fdata-sections",
+             "-Werror=implicit-function-declaration")
+    return Target("c-embedded", tuple(sorted(options.items())), arch, lanes, registers,
+                  _int_option(options, "l1", DEFAULT_L1), _int_option(options, "l2", DEFAULT_L2),
+                  compiler, flags, frozenset(m for m in macros if m.startswith(_ISA_MACROS)))
 
 
 __all__ = ["Target", "TargetError", "as_target", "register_kind", "KINDS", "host_arch"]

@@ -668,6 +668,10 @@ def test_schedules_and_graphs_parse_into_the_ast():
     mod = tdsl.loads("""
         import std
         op sq(X: f32[N]) -> Y: f32[N] { Y[i] = X[i] * X[i] }
+        op two(X: f32[B, K]) -> (P: f32[B, K], Q: f32[B, K]) {
+            P[b, k] = X[b, k]
+            Q[b, k] = -X[b, k]
+        }
         schedule sq for cpu as fast {
             knob t in [4, 8, 16] = 8
             io, ii = split(Y.i, t)
@@ -731,23 +735,37 @@ STD_OPS = {
     "reduce_mean": (["X"], []), "pad2d": (["X"], ["padding"]), "flatten": (["X"], []),
     "concat": (["X", "Y"], []),
 }
+# the int8 ops (tdsl/dsl/std/quant.tdsl; their values are checked in test_quant.py)
+QUANT_OPS = {
+    "qdense": (["X", "W", "bias"], ["x_zp", "w_zp", "y_zp", "scale"]),
+    "qconv2d": (["X", "W", "bias"], ["stride", "padding", "x_zp", "w_zp", "y_zp", "scale"]),
+    "qdepthwise_conv2d": (["X", "W", "bias"],
+                          ["stride", "padding", "x_zp", "w_zp", "y_zp", "scale"]),
+    "qadd": (["A", "B"], ["a_zp", "b_zp", "y_zp", "a_scale", "b_scale", "y_scale"]),
+    "qrelu": (["X"], ["x_zp"]), "qclamp": (["X"], ["lo", "hi"]),
+    "qmax_pool2d": (["X"], ["kernel", "stride", "padding"]),
+    "qavg_pool2d": (["X"], ["kernel", "stride", "padding"]),
+}
 
 
 def test_stdlib_has_exactly_the_required_ops():
-    assert len(STD_OPS) == 31
-    assert sorted(tdsl.stdlib) == sorted(STD_OPS)
+    assert len(STD_OPS) == 31 and len(QUANT_OPS) == 8
+    assert sorted(tdsl.stdlib) == sorted({**STD_OPS, **QUANT_OPS})
     assert tdsl.load("std") is tdsl.stdlib
 
 
-@pytest.mark.parametrize("name", sorted(STD_OPS))
+@pytest.mark.parametrize("name", sorted({**STD_OPS, **QUANT_OPS}))
 def test_stdlib_op_parameters_and_attributes(name):
     op = tdsl.stdlib[name]
-    params, attrs = STD_OPS[name]
+    params, attrs = {**STD_OPS, **QUANT_OPS}[name]
     assert op.param_names == params
     assert op.attr_names == attrs
     needed = {a.name: 2 for a in op.ast.attrs if a.default is None}
     f = op.function(**needed)
-    assert all(t.dtype == "f32" for t in (*f.inputs, *f.outputs))
+    if name in QUANT_OPS:
+        assert f.outputs[0].dtype == "i8" and f.inputs[0].dtype == "i8"
+    else:
+        assert all(t.dtype == "f32" for t in (*f.inputs, *f.outputs))
     assert op.signature().startswith(f"{name}(")
 
 

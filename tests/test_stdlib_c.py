@@ -9,7 +9,11 @@ import tdsl.testing as tt
 # attributes the ops need (or that make the case interesting)
 ATTRS = {"max_pool2d": {"kernel": 2}, "avg_pool2d": {"kernel": 3, "stride": 2, "padding": 1},
          "pad2d": {"padding": 1}, "conv2d": {"padding": 1}, "depthwise_conv2d": {"padding": 1},
-         "leaky_relu": {"alpha": 0.2}, "clip": {"lo": -0.5, "hi": 0.5}}
+         "leaky_relu": {"alpha": 0.2}, "clip": {"lo": -0.5, "hi": 0.5},
+         "qmax_pool2d": {"kernel": 2}, "qavg_pool2d": {"kernel": 3, "stride": 2, "padding": 1},
+         "qconv2d": {"padding": 1, "x_zp": 3, "y_zp": -5, "scale": 0.01},
+         "qdepthwise_conv2d": {"padding": 1, "x_zp": -7, "scale": 0.02},
+         "qdense": {"w_zp": 2, "scale": 0.003}}
 
 
 @pytest.mark.parametrize("name", sorted(tdsl.stdlib))

@@ -85,24 +85,27 @@ class BuildCache:
         self.root = Path(root) if root is not None else default_cache_dir()
         self.compile_count = 0
 
-    def key(self, source: str, flags, compiler: str = "gcc") -> str:
+    def key(self, source: str, flags, compiler: str = "gcc", libs=LIBS) -> str:
         parts = [source, " ".join(flags), compiler, compiler_version(compiler)]
+        if tuple(libs) != LIBS:
+            parts.append(" ".join(libs))
         if any("native" in f for f in flags):
             parts.append(machine_identity())
         return hashlib.sha256("\0".join(parts).encode()).hexdigest()
 
-    def build(self, source: str, flags=None, compiler: str = "gcc") -> BuildResult:
+    def build(self, source: str, flags=None, compiler: str = "gcc", libs=LIBS) -> BuildResult:
         """The library for ``source`` built by ``compiler`` with ``flags`` (a target's; the
-        host's by default), compiled now only if no valid entry exists."""
+        host's by default) and linked with ``libs``, compiled now only if no valid entry
+        exists."""
         flags = tuple(as_target("c").flags if flags is None else flags)
         self._ensure_root()
-        key = self.key(source, flags, compiler)
+        key = self.key(source, flags, compiler, libs)
         lib, meta, src = (self.root / f"tdsl_{key}{ext}" for ext in (".so", ".json", ".c"))
         if _entry_is_valid(lib, meta):
             return BuildResult(lib, src, key, compiled=False)
         try:
             _write_atomic(src, source.encode())
-            digest = self._compile(src, lib, flags, compiler)
+            digest = self._compile(src, lib, flags, compiler, tuple(libs))
             _write_atomic(meta, json.dumps({"so_sha256": digest, "flags": list(flags),
                                             "compiler": compiler_version(compiler)},
                                            indent=1).encode())
@@ -112,12 +115,13 @@ class BuildCache:
         self.compile_count += 1
         return BuildResult(lib, src, key, compiled=True)
 
-    def _compile(self, src: Path, lib: Path, flags: tuple, compiler: str) -> str:
+    def _compile(self, src: Path, lib: Path, flags: tuple, compiler: str,
+                 libs: tuple = LIBS) -> str:
         """Compile to a temporary file, then move it into place; returns its sha256."""
         fd, tmp = tempfile.mkstemp(prefix=lib.name + ".", suffix=".tmp", dir=self.root)
         os.close(fd)
         try:
-            cmd = [compiler, *flags, str(src), "-o", tmp, *LIBS]
+            cmd = [compiler, *flags, str(src), "-o", tmp, *libs]
             try:
                 proc = subprocess.run(cmd, capture_output=True, text=True,
                                       timeout=COMPILE_TIMEOUT_S)

@@ -37,19 +37,9 @@ class CModule:
     prototype: str
 
 
-class HostC(CFamilyPrinter):
-    language = "host C"
-
-    def entry_name(self) -> str:
-        """``tdsl_<op>_<digest>``: the library's only exported symbol (helpers are static)
-        must never meet another. An op named after a libc or OpenMP function
-        (``omp_get_thread_num``) took the place of that function inside the kernel (it
-        recursed until the stack ran out), and ``_init``/``_fini`` clash with the C runtime.
-        The digest is of the function and its fixed sizes, so the name is stable."""
-        fixed = ",".join(f"{v.name}={n}" for v, n in sorted(self.fixed.items(),
-                                                             key=lambda kv: kv[0].name))
-        digest = hashlib.sha256(f"{self.func}\n{fixed}".encode()).hexdigest()[:12]
-        return f"tdsl_{identifier_chars(self.func.name)}_{digest}"
+class GnuVectors:
+    """Vector spellings as GNU vector types (``vector_size``), which gcc and clang accept in
+    any C mode; shared by `HostC` and the embedded printer (where the CPU has vectors)."""
 
     def vector_type(self, dtype: str) -> str | None:
         """GNU vector types exist for power-of-two sizes of numeric elements; a bool vector
@@ -68,6 +58,21 @@ class HostC(CFamilyPrinter):
 
     def broadcast(self, dtype: str, value: str) -> str:
         return f"tdsl_bcast_{dtype}({value})"
+
+
+class HostC(GnuVectors, CFamilyPrinter):
+    language = "host C"
+
+    def entry_name(self) -> str:
+        """``tdsl_<op>_<digest>``: the library's only exported symbol (helpers are static)
+        must never meet another. An op named after a libc or OpenMP function
+        (``omp_get_thread_num``) took the place of that function inside the kernel (it
+        recursed until the stack ran out), and ``_init``/``_fini`` clash with the C runtime.
+        The digest is of the function and its fixed sizes, so the name is stable."""
+        fixed = ",".join(f"{v.name}={n}" for v, n in sorted(self.fixed.items(),
+                                                             key=lambda kv: kv[0].name))
+        digest = hashlib.sha256(f"{self.func}\n{fixed}".encode()).hexdigest()[:12]
+        return f"tdsl_{identifier_chars(self.func.name)}_{digest}"
 
     lane_loop_pragmas = ["#pragma omp simd"]
 

@@ -39,11 +39,13 @@ class CExpressionPrinter:
     and one visit method per expression node."""
     language = "C"
     helper_qualifier = "static inline"
+    native_math = False        # True: exp/erf are the language's own, not tdsl's helpers
     reserved = C_KEYWORDS | LIBRARY_NAMES
 
     def __init__(self, func_name: str):
         self.func_name = func_name
-        self.helpers = Helpers(self.helper_qualifier)
+        self.helpers = Helpers(self.helper_qualifier,
+                               self.math_function if self.native_math else None)
         self.namer = Namer(self.reserved)
         self.nonneg: set[te.Var] = set()       # variables known to be >= 0
         self.by_value: set[int] = set()        # ids of rank-0 buffers passed by value
@@ -152,6 +154,11 @@ class CExpressionPrinter:
         args = [self.expr(a) for a in e.args]
         if name in ("min", "max"):
             return f"{self.helpers.min_max(dtype, name)}({args[0]}, {args[1]})", POSTFIX
+        if name == "requantize":
+            if len(args) != 3:
+                raise BuildError("requantize needs a constant scale to build",
+                                 hint="give the op's scale attributes values")
+            return f"{self.helpers.requantize()}({', '.join(args)})", POSTFIX
         if name == "abs" and not is_float(dtype):
             return f"{self.helpers.abs_int(dtype)}({args[0]})", POSTFIX
         if not is_float(dtype):

@@ -49,13 +49,39 @@ _FLOOR_FLOAT = """\
     return (d - f > ({t})0.5) ? f + 1 : f;
 }}"""
 
+# Branch-free, so a relu on signed data doesn't mispredict half its elements (a `||` form
+# compiled to two data-dependent jumps: 3x slower in a fused conv epilogue). `b > a ? b : a`
+# is exactly x86's maxss (it keeps a when unordered, so a NaN in a propagates); a NaN in b
+# is then picked through an integer mask, with no branch (setp and bit operations).
 _MINMAX_FLOAT = """\
-{q} {t} tdsl_min_{d}({t} a, {t} b) {{ return (a <= b || a != a) ? a : b; }}
-{q} {t} tdsl_max_{d}({t} a, {t} b) {{ return (a >= b || a != a) ? a : b; }}"""
+{q} {t} tdsl_pick_nan_{d}({t} t, {t} b) {{
+    {u} m = -({u})(b != b), ub, ut;
+    memcpy(&ub, &b, sizeof b);
+    memcpy(&ut, &t, sizeof t);
+    ut = (m & ub) | (~m & ut);
+    memcpy(&t, &ut, sizeof t);
+    return t;
+}}
+{q} {t} tdsl_min_{d}({t} a, {t} b) {{ return tdsl_pick_nan_{d}(b < a ? b : a, b); }}
+{q} {t} tdsl_max_{d}({t} a, {t} b) {{ return tdsl_pick_nan_{d}(b > a ? b : a, b); }}"""
 
 _MINMAX_INT = """\
 {q} {t} tdsl_min_{d}({t} a, {t} b) {{ return a <= b ? a : b; }}
 {q} {t} tdsl_max_{d}({t} a, {t} b) {{ return a >= b ? a : b; }}"""
+
+# Float vectors: GNU C compares vectors lane by lane into a mask of signed integers (-1/0),
+# but `?:` on vectors is C++ only, so the pick is a blend through the mask; NaN propagates as
+# in the scalar helpers. gcc compiles it to vminps/vmaxps and a blend.
+_MINMAX_VECTOR = """\
+typedef {it} {mv} __attribute__((vector_size({bytes})));
+{q} {v} tdsl_min_{vd}({v} a, {v} b) {{
+    {mv} m = (a <= b) | (a != a);
+    return ({v})((m & ({mv})a) | (~m & ({mv})b));
+}}
+{q} {v} tdsl_max_{vd}({v} a, {v} b) {{
+    {mv} m = (a >= b) | (a != a);
+    return ({v})((m & ({mv})a) | (~m & ({mv})b));
+}}"""
 
 _ABS_INT = "{q} {t} tdsl_abs_{d}({t} a) {{ return a < 0 ? ({t})-a : a; }}"
 
@@ -115,6 +141,26 @@ _ERF_F32 = """\
     return c * p / q;
 }}"""
 
+# TFLite's MultiplyByQuantizedMultiplier (tdsl/lowering/quantize.py says each step): integers
+# only. The shifts of negative values are arithmetic and the int32 conversions modular, as
+# gcc, clang and every compiler for these targets define them (TFLite relies on the same);
+# the left shift is done unsigned so it cannot overflow. The division by 2^31 is by a
+# constant power of two: shifts, no library call, on 32-bit CPUs too.
+_REQUANTIZE = """\
+{q} int32_t tdsl_requantize(int32_t x, int32_t multiplier, int32_t shift) {{
+    const int32_t left = shift > 0 ? shift : 0, right = shift > 0 ? 0 : -shift;
+    const int32_t a = (int32_t)((uint32_t)x << left);
+    int32_t high = INT32_MAX;
+    if (!(a == INT32_MIN && multiplier == INT32_MIN)) {{
+        const int64_t ab = (int64_t)a * (int64_t)multiplier;
+        const int64_t nudge = ab >= 0 ? ((int64_t)1 << 30) : 1 - ((int64_t)1 << 30);
+        high = (int32_t)((ab + nudge) / ((int64_t)1 << 31));
+    }}
+    const int32_t mask = (int32_t)(((uint32_t)1 << right) - 1u);
+    const int32_t threshold = (mask >> 1) + (high < 0 ? 1 : 0);
+    return (high >> right) + ((high & mask) > threshold ? 1 : 0);
+}}"""
+
 _VECTOR = """\
 typedef {t} {v} __attribute__((vector_size({bytes})));
 {q} {v} tdsl_load_{vd}(const {t}* p) {{ {v} x; memcpy(&x, p, sizeof x); return x; }}
@@ -155,8 +201,10 @@ def vector_type_name(scalar: str, lanes: int) -> str:
 class Helpers:
     """The helpers one translation unit needs, in first-use order, each emitted once."""
 
-    def __init__(self, qualifier: str = "static inline"):
+    def __init__(self, qualifier: str = "static inline", native_math=None):
         self.qualifier = qualifier
+        # GPUs have fast exp/erf of their own: ``native_math(name, dtype)`` spells them
+        self.native_math = native_math
         self._texts: dict[str, str] = {}
 
     def _add(self, key: str, template: str, dtype: str = "i64", **extra) -> None:
@@ -173,7 +221,15 @@ class Helpers:
         return f"tdsl_floor{op}_i64"
 
     def min_max(self, dtype: str, name: str) -> str:
-        self._add(f"minmax_{dtype}", _MINMAX_FLOAT if dtype in FLOATS else _MINMAX_INT, dtype)
+        if "x" in dtype:                          # a float vector ("f32x16")
+            scalar, lanes = dtype.split("x")
+            v = self.vector(scalar, int(lanes))
+            mask = {"f32": "int32_t", "f64": "int64_t"}[scalar]
+            self._add(f"minmax_{dtype}", _MINMAX_VECTOR, scalar, v=v, vd=dtype, it=mask,
+                      mv=f"tdsl_mask_{dtype}", bytes=int(lanes) * _SIZES[scalar])
+            return f"tdsl_{name}_{dtype}"
+        self._add(f"minmax_{dtype}", _MINMAX_FLOAT if dtype in FLOATS else _MINMAX_INT, dtype,
+                  u="uint32_t" if dtype == "f32" else "uint64_t")
         return f"tdsl_{name}_{dtype}"
 
     def abs_int(self, dtype: str) -> str:
@@ -187,12 +243,16 @@ class Helpers:
 
     def exp(self, dtype: str) -> str:
         """The exp to call: the vectorizable `_EXP_F32` for f32, libm's ``exp`` otherwise."""
+        if self.native_math is not None:
+            return self.native_math("exp", dtype)
         if dtype != "f32":
             return "exp"
         self._add("exp_f32", _EXP_F32, dtype)
         return "tdsl_exp_f32"
 
     def erf(self, dtype: str) -> str:
+        if self.native_math is not None:
+            return self.native_math("erf", dtype)
         if dtype != "f32":
             return "erf"
         self._add("erf_f32", _ERF_F32, dtype)
@@ -205,10 +265,19 @@ class Helpers:
                   lanes=", ".join(["s"] * lanes), bytes=lanes * _SIZES[scalar])
         return name
 
+    def requantize(self) -> str:
+        self._add("requantize", _REQUANTIZE)
+        return "tdsl_requantize"
+
     def alloc(self) -> str:
         self._add("alloc", _ALLOC)
         return "tdsl_alloc"
 
     def render(self) -> list[str]:
         return list(self._texts.values())
+
+    def merge(self, other: "Helpers") -> None:
+        """Take the helpers ``other`` needs too (one translation unit, several printers)."""
+        for key, text in other._texts.items():
+            self._texts.setdefault(key, text)
 

@@ -108,6 +108,10 @@ class Kernel:
             else:
                 args.append(value)
         args += free_sizes
+        return self._runner(args), outputs
+
+    def _runner(self, args: list):
+        """``run()`` calling the library on marshalled ``args``, raising on failure."""
         fn, name, faults = self._fn, self.func.name, self.func.attrs.get("read_faults", ())
 
         def run():
@@ -116,7 +120,7 @@ class Kernel:
                 raise CallError(faults[status - FIRST_READ_FAULT])
             if status != 0:
                 raise MemoryError(f"{name}: the kernel could not allocate its workspace")
-        return run, outputs
+        return run
 
     def _bind_sizes(self, inputs) -> dict[str, int]:
         """The sizes of this call, bound as the reference binds them (`lowering.sizes`)."""

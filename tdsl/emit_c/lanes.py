@@ -143,7 +143,8 @@ def simd_expressible(e: te.Expr, has_vector_type) -> bool:
     """Whether a vector expression prints as whole-vector operations (no lane loop).
 
     The set is what GNU vector types do natively and what a register tile needs: contiguous
-    loads, broadcasts, ``+ - *`` (and ``/`` on floats), negation, and vector variables.
+    loads, broadcasts, ``+ - *`` (and ``/`` on floats), negation, float ``min``/``max``
+    (a compare-and-blend helper), and vector variables.
     ``has_vector_type(dtype)`` says whether the language spells that vector type.
     """
     if lanes_of(e) == 1:
@@ -164,4 +165,7 @@ def simd_expressible(e: te.Expr, has_vector_type) -> bool:
                 simd_expressible(b, has_vector_type)
         case te.Unary("-", a):
             return simd_expressible(a, has_vector_type)
+        case te.Intrinsic("min" | "max", (a, b)) if scalar in ("f32", "f64"):
+            return simd_expressible(a, has_vector_type) and \
+                simd_expressible(b, has_vector_type)
     return False

@@ -26,6 +26,8 @@ _MATH_ROOTS = """
     fmod remainder remquo copysign nan nextafter nexttoward fdim fmax fmin fma sincos gamma
     j0 j1 jn y0 y1 yn drem significand finite isinf isnan
 """.split()
+MATH_FUNCTIONS = frozenset(_MATH_ROOTS + [r + "f" for r in _MATH_ROOTS] +
+                           [r + "l" for r in _MATH_ROOTS])
 LIBRARY_NAMES = frozenset(_MATH_ROOTS + [r + "f" for r in _MATH_ROOTS] +
                           [r + "l" for r in _MATH_ROOTS] + """
     abs labs llabs div ldiv lldiv atof atoi atol atoll strtod strtof strtold strtol strtoll

@@ -4,8 +4,10 @@ Dispatch is by node class (``visit_For``, ``visit_Store``, ...; the expression v
 in `expressions`). Statements print to lists of lines, joined once by the caller.
 
 What a language changes is a class attribute or a small hook, never a visit method:
-`function_qualifier`, `return_type`, `restrict`, `thread_index` (``For.thread_tag`` -> an
-index expression), `barrier`, `vector_type` and the vector load/store/broadcast spellings,
+`function_qualifier`, `return_type`, `restrict`, `pointer_space` (an address-space
+qualifier of pointer parameters), `thread_index` (``For.thread_tag`` -> an index
+expression) and `thread_guard_needed`, `barrier`, `vector_type` and the vector
+load/store/broadcast spellings,
 `math_function`, `loop_pragmas`, `lane_loop_pragmas`, `align_attribute` and
 `declare_allocation` (how a buffer of each scope comes to exist). A construct the language
 cannot express is a `BuildError` that names it.
@@ -39,6 +41,7 @@ class CFamilyPrinter(CExpressionPrinter):
     function_qualifier = ""
     return_type = "int"
     restrict = "restrict"
+    pointer_space = ""
     thread_index: dict[str, str] = {}
     barrier: str | None = None
     lane_loop_pragmas: list[str] = []
@@ -59,6 +62,7 @@ class CFamilyPrinter(CExpressionPrinter):
         self.loop_kinds: list[ForKind] = []   # kinds of the loops around the statement
         self.registers: dict[int, tuple] = {}  # register tiles: id(buffer) -> (lanes, names)
         self._loop_names: dict[te.Var, str] = {}
+        self.hoisted: list[str] = []          # declarations a hook moved to the top
         for b in func.params:
             self.namer.bind(b, b.name)
         for v in func.shape_vars:
@@ -74,6 +78,10 @@ class CFamilyPrinter(CExpressionPrinter):
 
     def align_attribute(self, align: int) -> str:
         return ""
+
+    def thread_guard_needed(self, loop) -> bool:
+        """Whether a thread-bound loop's index can pass its end (the launch is larger)."""
+        return True
 
     def declare_allocation(self, buf: Buffer, name: str, count: te.Expr,
                            body: list[str]) -> list[str]:
@@ -93,9 +101,9 @@ class CFamilyPrinter(CExpressionPrinter):
         for i, b in enumerate(self.func.params):
             name, ctype = self.namer.lookup(b), to_c(b.dtype)
             if i >= self.func.num_inputs:
-                params.append(f"{ctype}* {self.restrict} {name}")
+                params.append(f"{self.pointer_space}{ctype}* {self.restrict} {name}")
             elif b.shape:
-                params.append(f"const {ctype}* {self.restrict} {name}")
+                params.append(f"{self.pointer_space}const {ctype}* {self.restrict} {name}")
             else:
                 params.append(f"{ctype} {name}")
         params += [f"int64_t {self.namer.lookup(v)}" for v in self.func.shape_vars
@@ -106,6 +114,7 @@ class CFamilyPrinter(CExpressionPrinter):
     def function(self) -> list[str]:
         body = self.stmt(self.func.body)
         head = [f"const int64_t {self.namer.lookup(v)} = {n};" for v, n in self.fixed.items()]
+        head += self.hoisted
         if self.uses_status:
             head.insert(0, "int tdsl_status = 0;")
         tail = [] if self.return_type == "void" else \
@@ -139,9 +148,11 @@ class CFamilyPrinter(CExpressionPrinter):
         name = self.namer.bind(s.var, s.var.name)
         body = self._scoped_body(s.var, self.is_nonneg(s.min), s.body, s.kind)
         end = self.expr(te.Binary("+", s.min, s.extent, s.min.dtype), PRECEDENCE["<"] + 1)
-        return [f"const int64_t {name} = (int64_t)({self.thread_index[tag]}) + "
-                f"{self.expr(s.min, MULTIPLICATIVE)};", f"if ({name} < {end}) {{",
-                *indent(body), "}"]
+        index = f"const int64_t {name} = (int64_t)({self.thread_index[tag]})"
+        index += ";" if _is_zero(s.min) else f" + {self.expr(s.min, MULTIPLICATIVE)};"
+        if not self.thread_guard_needed(s):     # a block of its own: siblings may reuse the name
+            return ["{", *indent([index, *body]), "}"]
+        return [index, f"if ({name} < {end}) {{", *indent(body), "}"]
 
     def visit_If(self, s: If) -> list[str]:
         if lanes_of(s.cond) > 1:

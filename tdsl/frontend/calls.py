@@ -24,7 +24,7 @@ def splice_call(inst, st: ast.CallStage) -> None:
     callee = inst.resolve_op(call.func)
     if callee is None:
         raise CheckError(f"unknown op '{call.func}'", call.span,
-                         hint=_unknown_op_hint(call.func, inst.op_names))
+                         hint=unknown_op_hint(call.func, inst.op_names))
     args = []
     for a in call.args:
         if not isinstance(a, ast.Name):
@@ -59,7 +59,7 @@ def splice_call(inst, st: ast.CallStage) -> None:
         raise CheckError(f"op {call.func} has {len(fn.outputs)} output"
                          f"{'s' * (len(fn.outputs) != 1)} but {n} name"
                          f"{' is' if n == 1 else 's are'} assigned", st.span)
-    binding = _bind_sizes(fn, args, call)
+    binding = bind_sizes(fn, args, call)
     taken = {v.name for x in kwargs.values() if isinstance(x, te.Expr) for v in te.free_vars(x)}
     renamed = _copy_stages(fn, args, binding, st.targets, taken, inst.spliced | set(inst.stages))
     inst.spliced.update(t.name for t in renamed.values())
@@ -78,7 +78,7 @@ def _std_op_names() -> frozenset[str]:
                      for m in re.finditer(r"^op\s+(\w+)", f.read_text(), re.M))
 
 
-def _unknown_op_hint(name: str, in_scope) -> str:
+def unknown_op_hint(name: str, in_scope) -> str:
     std = _std_op_names()
     if name in std:
         return f"{name} is in the standard library: add `import std`"
@@ -88,7 +88,7 @@ def _unknown_op_hint(name: str, in_scope) -> str:
     return "define it in this file or import the file that does"
 
 
-def _bind_sizes(fn: te.Function, args, call) -> dict[te.Var, te.Expr]:
+def bind_sizes(fn: te.Function, args, call) -> dict[te.Var, te.Expr]:
     binding: dict[te.Var, te.Expr] = {}
     for pos, (p, a) in enumerate(zip(fn.inputs, args), 1):
         if p.dtype != a.dtype:
@@ -105,11 +105,11 @@ def _bind_sizes(fn: te.Function, args, call) -> dict[te.Var, te.Expr]:
     for pos, (p, a) in enumerate(zip(fn.inputs, args), 1):
         for d, (want, got) in enumerate(zip(p.shape, a.shape)):
             expect = te.substitute(want, binding)
-            example = _differ(got, expect, valid)
+            example = differ(got, expect, valid)
             if example is not None:
                 raise CheckError(f"argument {pos} of {call.func} ('{a.name}'): dimension {d} "
                                  f"is {got} but {expect} is expected", call.args[pos - 1].span,
-                                 hint=_hint(example, got, expect))
+                                 hint=differ_hint(example, got, expect))
     return binding
 
 
@@ -119,7 +119,7 @@ _SAMPLES = [(1,) * 8, (2,) * 8, (3, 5, 7, 11, 13, 17, 19, 23), (8, 6, 4, 2, 9, 7
     tuple(_RNG.randint(1, 40) for _ in range(8)) for _ in range(40)]
 
 
-def _differ(a: te.Expr, b: te.Expr, valid=()) -> dict | None:
+def differ(a: te.Expr, b: te.Expr, valid=()) -> dict | None:
     """Values of the sizes for which ``a`` and ``b`` are two different positive extents (and
     every expression in ``valid`` is a positive extent too), or None if none was found.
 
@@ -166,7 +166,7 @@ def _eval(e: te.Expr, env: dict) -> int | None:
     return None
 
 
-def _hint(example: dict, a, b) -> str | None:
+def differ_hint(example: dict, a, b) -> str | None:
     if not example:
         return None
     where = ", ".join(f"{k} = {v}" for k, v in example.items())
@@ -253,9 +253,9 @@ def _check_declared(info, t: te.Tensor, call, args):
         raise CheckError(f"'{info.name}' is declared with shape [{declared}] but "
                          f"{call.func} returns [{shape}]", call.span)
     for d, (a, b) in enumerate(zip(info.shape, t.shape)):
-        example = _differ(a, b, [s for arg in args for s in arg.shape])
+        example = differ(a, b, [s for arg in args for s in arg.shape])
         if example is not None:
             raise CheckError(f"'{info.name}' is declared with shape [{declared}] but "
                              f"{call.func} returns [{shape}]", call.span,
-                             hint=f"dimension {d}: " + (_hint(example, a, b) or
+                             hint=f"dimension {d}: " + (differ_hint(example, a, b) or
                                                         f"{a} is not {b}"))

@@ -9,6 +9,7 @@ from typing import Callable
 from ..errors import CheckError, Span
 from ..lowering import affine, te
 from ..lowering.dtypes import DTYPES, FLOATS, INDEX
+from ..lowering.quantize import quantize_multiplier
 from . import ast
 from .typing import FLOAT_LIT, INT_LIT, Typed, check_bool, check_numeric, coerce, unify
 
@@ -253,11 +254,14 @@ class ExprConverter:
 
     def _Call(self, node: ast.Call) -> Typed:
         f, args = node.func, node.args
-        if node.kwargs and (f in te.INTRINSICS or f in DTYPES or f == "select"):
+        if node.kwargs and (f in te.INTRINSICS or f in DTYPES or f in ("select", "requantize")):
             raise CheckError(f"{f} takes no attributes", node.span)
         if f == "select":
             self._arity(node, 3)
             return self._select(node)
+        if f == "requantize":
+            self._arity(node, 2)
+            return self._requantize(node)
         if f in DTYPES:
             self._arity(node, 1)
             a = self.convert(args[0])
@@ -282,9 +286,38 @@ class ExprConverter:
         if self.inst is not None and self.inst.resolve_op(f) is not None:
             raise CheckError(f"op '{f}' can only be called as a whole-tensor statement",
                              node.span, hint=f"write `T = {f}(...)` then use T[...]")
-        close = difflib.get_close_matches(f, [*te.INTRINSICS, *DTYPES, "select"], n=1)
+        close = difflib.get_close_matches(f, [*te.INTRINSICS, *DTYPES, "select", "requantize"],
+                                          n=1)
         raise CheckError(f"unknown function '{f}'", node.span,
                          hint=f"did you mean '{close[0]}'?" if close else None)
+
+    def _requantize(self, node: ast.Call) -> Typed:
+        """``requantize(acc, scale)``: an i32 accumulator times a real scale, in integers
+        only (tdsl/lowering/quantize.py). The scale is a constant float expression of the
+        attributes, made a multiplier and a shift here, at build time."""
+        acc = self.convert(node.args[0])
+        if acc.lit == INT_LIT:
+            acc = Typed(coerce(acc, "i32", node.args[0].span))
+        if acc.dtype != "i32":
+            raise CheckError(f"requantize takes an i32 accumulator, got {acc.describe()}",
+                             node.args[0].span, hint="cast it: requantize(i32(x), scale)")
+        scale = self.convert(node.args[1])
+        check_numeric(scale, node.args[1].span, "requantize's scale")
+        value = _constant_number(scale.expr)
+        if value is None:
+            if te.free_vars(scale.expr) and all(
+                    v.name in self.scope.attrs for v in te.free_vars(scale.expr)):
+                # checking with symbolic attributes: the form is right, the value comes later
+                return Typed(te.Intrinsic("requantize", (acc.expr, scale.expr), "i32"))
+            raise CheckError("requantize's scale must be a constant: numbers and float "
+                             "attributes", node.args[1].span,
+                             hint="e.g. requantize(acc, scale) with `scale: float` an attribute")
+        try:
+            multiplier, shift = quantize_multiplier(value)
+        except ValueError as exc:
+            raise CheckError(str(exc), node.args[1].span) from None
+        return Typed(te.Intrinsic("requantize", (acc.expr, te.Const(multiplier, "i32"),
+                                                 te.Const(shift, "i32")), "i32"))
 
     def _arity(self, node: ast.Call, n: int):
         if len(node.args) != n:
@@ -436,6 +469,30 @@ def _fold(e: te.Expr) -> te.Expr:
         if v is not None:
             return te.const(v, e.dtype)
     return e
+
+
+def _constant_number(e: te.Expr) -> float | None:
+    """The value of an expression of constants (+ - * /, negation, min, max, abs), computed
+    in double precision as the C++ of TFLite computes its scales; None if not constant."""
+    match e:
+        case te.Const(v) if not isinstance(v, bool):
+            return float(v)
+        case te.Cast(a):
+            return _constant_number(a)
+        case te.Unary("-", a):
+            v = _constant_number(a)
+            return None if v is None else -v
+        case te.Binary(op, a, b) if op in ("+", "-", "*", "/"):
+            x, y = _constant_number(a), _constant_number(b)
+            if x is None or y is None or (op == "/" and y == 0):
+                return None
+            return {"+": x + y, "-": x - y, "*": x * y, "/": x / y if y else 0.0}[op]
+        case te.Intrinsic("min" | "max" | "abs" as f, args):
+            vs = [_constant_number(a) for a in args]
+            if None in vs:
+                return None
+            return {"min": min, "max": max, "abs": abs}[f](*vs)
+    return None
 
 
 def _walk_index(node):

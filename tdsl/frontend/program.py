@@ -16,7 +16,9 @@ from ..dsl import STD_DIR
 from ..errors import CheckError, ErrorList, ParseError, TdslError
 from ..lowering import te
 from ..lowering.dtypes import DTYPES
+from ..lowering.graph.ir import Graph
 from . import ast
+from .graphs import check_graph
 from .parse import parse
 from .to_te import bind_attrs, instantiate, pack_rank_for, uses_pack
 
@@ -69,6 +71,7 @@ class Program:
         self.imported: dict[str, OpDefinition] = {}
         self.schedules: list[ast.ScheduleDef] = []
         self.graphs: dict[str, ast.GraphDef] = {}
+        self.checked_graphs: dict[str, Graph] = {}
         self.instantiating: list[str] = []
         errors: list[TdslError] = []
         import_failed = False
@@ -92,6 +95,13 @@ class Program:
         for s in self.schedules:
             if s.op not in self.ops and s.op not in self.imported:
                 errors.append(CheckError(f"schedule for unknown op '{s.op}'", s.span))
+        for name, gdef in self.graphs.items():
+            try:
+                self.checked_graphs[name] = check_graph(gdef, self)
+            except ErrorList as e:
+                errors.extend(e.errors)
+            except TdslError as e:
+                errors.append(e)
         if errors:
             raise errors[0] if len(errors) == 1 else ErrorList(_dedupe(errors))
 

@@ -23,7 +23,12 @@ from . import ast
 from .exprs import const_value
 
 # the word after ``for`` in a schedule block -> the target kinds the block serves
-TARGETS = {"cpu": ("c",), "c": ("c",), "cuda": ("cuda",), "opencl": ("opencl",)}
+# (c-embedded takes the cpu blocks too: its printer runs parallel loops serially and prints
+# vector code only where the CPU has vectors; ``for embedded`` blocks serve it alone. ``gpu``
+# serves both GPU languages: thread bindings, shared memory and barriers mean the same in
+# CUDA and OpenCL)
+TARGETS = {"cpu": ("c", "c-embedded"), "c": ("c",), "embedded": ("c-embedded",),
+           "cuda": ("cuda",), "opencl": ("opencl",), "gpu": ("cuda", "opencl")}
 
 
 def block_serves(block_target: str, kind: str) -> bool:
@@ -42,12 +47,15 @@ _SIGNATURES = {
     "compute_root": (0, ("stage",)),
     "cache_read": (1, ("stage", "str", "stages")),
     "cache_write": (1, ("stage", "str")),
+    "rfactor": (1, ("axis", "int")),
     "vectorize": (0, ("axis",)),
     "unroll": (0, ("axis",)),
     "parallel": (0, ("axis",)),
     "bind": (0, ("axis", "str")),
     "storage_align": (0, ("axis", "int", "int")),
     "tensorize": (0, ("axis", "str")),
+    "pack": (2, ("axis", "int")),
+    "pad": (0, ("axis", "int")),
 }
 
 
@@ -181,6 +189,8 @@ def _apply_call(sched: Schedule, st: ast.SchedCall, knobs, owner, intrinsics) ->
         args = args[:fixed] + [rest]
     elif st.func == "storage_align" and len(args) == 2:
         args.append(ast.Number("0", st.span))
+    elif st.func == "pad" and len(args) == 1:
+        args.append(ast.Number("1", st.span))
     if len(args) != len(kinds):
         raise _arity(st, str(len(kinds)))
     if st.targets and len(st.targets) != n_names:
@@ -194,6 +204,13 @@ def _apply_call(sched: Schedule, st: ast.SchedCall, knobs, owner, intrinsics) ->
         (stage, axis), factor = vals
         _own(owner, stage, names)
         return sched.split(stage, axis, factor, names[0], names[1], span=span)
+    if f == "pack":
+        (stage, axis), factor = vals
+        _own(owner, stage, names)
+        return sched.pack(stage, axis, factor, names[0], names[1], span=span)
+    if f == "pad":
+        (stage, axis), multiple = vals
+        return sched.pad(stage, axis, multiple, span=span)
     if f == "tile":
         (stage, x), (stage2, y), fx, fy = vals
         _same_stage(stage, stage2, st)
@@ -215,6 +232,9 @@ def _apply_call(sched: Schedule, st: ast.SchedCall, knobs, owner, intrinsics) ->
     if f == "cache_read":
         tensor, scope, readers = vals
         return sched.cache_read(tensor, scope, tuple(readers), names[0], span=span)
+    if f == "rfactor":
+        (stage, axis), factor = vals
+        return sched.rfactor(stage, axis, factor, names[0], span=span)
     if f == "cache_write":
         stage, scope = vals
         return sched.cache_write(stage, scope, names[0], span=span)
@@ -250,6 +270,8 @@ def _arg(node, kind, st, knobs, owner):
             return node.value
         if isinstance(node, ast.Name):        # a bare word: "local" or local alike
             return node.id
+        if isinstance(node, ast.Member):      # a thread axis: threadIdx.x or "threadIdx.x"
+            return f"{node.base}.{node.attr}"
         raise ScheduleError("expected a name or a string here", node.span)
     v = _knob_expr(node, knobs)
     if isinstance(v, (Knob, KnobExpr)):

@@ -13,6 +13,11 @@ part of the gap with rules any stage can take:
   vectorized, if it is at least that long;
 - the outermost data loop runs in parallel when the stage does enough work; when its extent
   is small (a batch of 1) and a second data loop follows, the two are fused first.
+
+On a GPU target (`gpu_default_schedule`) every stage that is not inlined is one kernel with
+one thread per output element: its data loops fused into one, split by the threads of a
+block, the parts bound to ``blockIdx.x`` and ``threadIdx.x``; reductions stay serial in
+each thread. Slower than a hand schedule, but every op builds and runs.
 """
 from __future__ import annotations
 
@@ -31,7 +36,10 @@ def default_schedule(fn: te.Function, shapes: dict[str, int] | None = None,
                      target=None) -> Schedule:
     """``shapes``, when the sizes are known, lets the rules see extents (a short row is
     not split into vectors); ``target`` (the host by default) gives the vector width."""
-    vector_bytes = as_target(target).lanes * 4
+    target = as_target(target)
+    if target.is_gpu:
+        return gpu_default_schedule(fn, target)
+    vector_bytes = target.lanes * 4
     env = {v: te.Const(int(shapes[v.name]), v.dtype) for v in fn.shape_vars
            if v.name in (shapes or {})}
     s = Schedule(fn)
@@ -107,3 +115,29 @@ def _product(xs) -> int:
     for x in xs:
         out *= x
     return out
+
+
+GPU_BLOCK_THREADS = 256     # threads per block of the automatic GPU schedule (at most)
+
+
+def gpu_default_schedule(fn: te.Function, target) -> Schedule:
+    """One thread per element of each stage computed at root; cheap injective stages are
+    inlined (fused into their readers)."""
+    threads = min(GPU_BLOCK_THREADS, target.max_threads)
+    s = Schedule(fn)
+    outputs = {t.name for t in fn.outputs}
+    for t in fn.stages():
+        if t.name not in outputs and _cheap_injective(t):
+            s = s.compute_inline(t.name)
+            continue
+        data = [iv.var.name for iv in t.op.axes]
+        if not data:
+            continue        # a scalar: one thread of one block
+        axis = data[0]
+        if len(data) > 1:
+            axis = ".".join(data) + ".f"
+            s = s.fuse(t.name, *data, fused=axis)
+        bo, ti = f"{axis}.b", f"{axis}.t"
+        s = s.split(t.name, axis, threads, outer=bo, inner=ti)
+        s = s.bind(t.name, bo, "blockIdx.x").bind(t.name, ti, "threadIdx.x")
+    return s

@@ -29,6 +29,7 @@ from .loop_ir import (AddressOf, Allocate, Barrier, Broadcast, BufferLoad, Call,
                       If, LetStmt, LoweredFunc, Ramp, ReadFault, Seq, Store, split_dtype)
 from .loop_printer import format_buffer
 from .lower import lower
+from .quantize import multiply_by_quantized_multiplier
 from .passes.flatten import alloc_size, strides_of
 from .read_regions import check_reads
 from .schedule import Schedule
@@ -45,6 +46,7 @@ _MATH = {
     "rsqrt": lambda x: 1 / np.sqrt(x), "sigmoid": lambda x: 1 / (1 + np.exp(-x)),
     "erf": lambda x: np.asarray(_ERF(np.asarray(x, np.float64)), np.float64),
     "min": np.minimum, "max": np.maximum, "pow": np.power,
+    "requantize": multiply_by_quantized_multiplier,
 }
 _COMBINE = {"sum": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum}
 

@@ -19,11 +19,13 @@ from . import te
 from .default_schedule import default_schedule
 from .loop_ir import LoweredFunc
 from .read_regions import reads
-from .sizes import stage_shapes
-from .passes import (apply_schedule, bounds_check, build_nests, flatten, partition, simplify,
-                     unroll, vectorize, verify as verify_pass)
+from .passes import (apply_schedule, barriers, bounds_check, build_nests, flatten, partition,
+                     simplify, unroll, vectorize, verify as verify_pass)
 from .schedule import Schedule
+from .sizes import stage_shapes
+from .thread_bindings import check as check_thread_bindings
 from .validate import check_sizes
+from ..target import as_target
 
 PIPELINE = [
     ("simplify", simplify.run),          # fold the index arithmetic of the splits and fuses
@@ -37,6 +39,10 @@ PIPELINE = [
     ("simplify", simplify.run),
 ]
 
+# GPU targets: barriers go in first, while guards are still where the schedule put them (the
+# pass moves guards off the barriers; the in-bounds pass then guards what it cannot prove).
+GPU_PIPELINE = [("simplify", simplify.run), ("barriers", barriers.run), *PIPELINE[1:]]
+
 
 def lower(fn: te.Function, schedule: Schedule | None = None, config: dict | None = None,
           shapes: dict[str, int] | None = None, *, target=None, verify: bool = False,
@@ -46,11 +52,14 @@ def lower(fn: te.Function, schedule: Schedule | None = None, config: dict | None
     binds shape variables to constants; the others stay symbolic in ``shape_vars``.
     ``target`` (the host by default) shapes the default schedule."""
     check_sizes(fn)
+    target = as_target(target)
     if schedule is None:
         schedule = default_schedule(fn, shapes, target)
     verify = verify or os.environ.get("TDSL_VERIFY") == "1"
     dump = os.environ.get("TDSL_DUMP_IR") == "1"
-    graph = apply_schedule.run(fn, schedule.resolve(config))
+    directives = schedule.resolve(config)
+    graph = apply_schedule.run(fn, directives)
+    check_thread_bindings(graph, directives, target)
     func = build_nests.run(graph, shapes)
     # what the algorithm reads and the sizes it writes, for the per-call checks of kernels
     # and the interpreter (the reference's errors, before anything runs)
@@ -58,7 +67,9 @@ def lower(fn: te.Function, schedule: Schedule | None = None, config: dict | None
                                             "stage_shapes": stage_shapes(fn),
                                             "fixed_sizes": dict(shapes or {})})
     _after("build_nests", func, dump, verify)
-    for name, step in PIPELINE if pipeline is None else pipeline:
+    if pipeline is None:
+        pipeline = GPU_PIPELINE if target.is_gpu else PIPELINE
+    for name, step in pipeline:
         func = step(func)
         _after(name, func, dump, verify)
     return func

@@ -26,6 +26,7 @@ import numpy as np
 from ..errors import CallError
 from . import te
 from .dtypes import is_float, is_int, to_numpy
+from .quantize import multiply_by_quantized_multiplier
 from .reference_views import Axis, OutOfRange, affine, gather, strided_view
 
 # Largest grid (elements) a reduction may materialise before it is evaluated in chunks.
@@ -61,6 +62,7 @@ _INTRINSICS = {
     "sigmoid": lambda x: _one(x) / (_one(x) + np.exp(-x)),
     "erf": _erf,
     "min": np.minimum, "max": np.maximum, "pow": np.power,
+    "requantize": multiply_by_quantized_multiplier,
 }
 
 

@@ -41,6 +41,19 @@ The directives, and the loop nest each makes (``i`` of extent ``E``):
   smallest ``k * factor + offset`` at least the dense stride (pads rows; not the last axis).
 - ``Tensorize(C, a, intrin)``: the loops from ``a`` inward are replaced by a call of the
   intrinsic's micro-kernel; see `TensorIntrin`.
+- ``Pack(P, i, f)``: P's layout, not its loops: dimension ``i`` (extent ``E``) is stored
+  blocked, ``P[.., i, ..]`` at ``P'[.., i // f, .., i % f]`` with the new dimension ``i.i``
+  (extent ``f``) innermost and ``i.o`` (extent ``ceil(E/f)``) in ``i``'s place; P's data axes
+  become those dimensions and its readers read through the map. Positions past ``E`` are
+  computed too (zeros for a stage without a reduction; input reads past the end are
+  guarded) and never read. With `CacheRead` this packs an input (``W`` as ``[F/16, C, KH,
+  KW, 16]``); with `CacheWrite` it gives a register tile the layout ``NCHW[16]c``.
+- ``Pad(P, i, m)``: P's dimension ``i`` is computed and stored past its extent: over the
+  region its readers read, not clipped to P's shape, rounded up to a multiple of ``m``
+  (``m == 1``: just not clipped). The extra positions hold P's own formula there (input
+  reads past an end are guarded) and no result depends on them; they let a consumer's vector
+  loop over ``i`` run without a tail, and a producer cover every position such a consumer
+  reads.
 """
 from __future__ import annotations
 
@@ -249,6 +262,24 @@ class CacheRead:
 
 
 @dataclass(frozen=True)
+class RFactor:
+    """The reduction over ``axis`` of ``stage``, in two steps (TVM's rfactor): a new stage
+    ``name`` holds ``factor`` partial results, ``name[..., a_i] = combine over a_o of
+    body(axis = a_o * factor + a_i)`` for the whole multiples of ``factor`` (``a_o``, ``a_i``
+    are ``axis`` + ``_o``/``_i``), and ``stage`` combines those and the last ``extent %
+    factor`` elements. The partial results' axis ``a_i`` is a data axis, so it can be
+    vectorized: ``rfactor(S.d, lanes)`` makes a row reduction one vector of lanes wide."""
+    stage: str
+    axis: str
+    factor: int | Knob
+    name: str | None = None
+    span: Span | None = _span()
+
+    def __post_init__(self):
+        _default(self, "name", f"{self.stage}.rf")
+
+
+@dataclass(frozen=True)
 class CacheWrite:
     """``stage``'s computation moves to ``name`` in ``scope``; ``stage`` copies it out."""
     stage: str
@@ -312,6 +343,32 @@ class Tensorize:
 
 
 @dataclass(frozen=True)
+class Pack:
+    """Store dimension ``axis`` of ``stage`` blocked by ``factor``: ``axis.o`` in its place,
+    ``axis.i`` (extent ``factor``) innermost."""
+    stage: str
+    axis: str
+    factor: int | Knob
+    outer: str | None = None
+    inner: str | None = None
+    span: Span | None = _span()
+
+    def __post_init__(self):
+        _default(self, "outer", f"{self.axis}.o")
+        _default(self, "inner", f"{self.axis}.i")
+
+
+@dataclass(frozen=True)
+class Pad:
+    """Compute and store dimension ``axis`` of ``stage`` past its extent, rounded up to a
+    multiple of ``multiple`` (1: only as far as its readers read)."""
+    stage: str
+    axis: str
+    multiple: int | Knob = 1
+    span: Span | None = _span()
+
+
+@dataclass(frozen=True)
 class When:
     """``then`` when ``cond`` (a knob expression) holds for the configuration, else
     ``otherwise``: how a template chooses whether to cache, which loop is parallel, ..."""
@@ -326,7 +383,7 @@ class When:
 
 
 DIRECTIVES = (Split, Tile, Fuse, Reorder, ComputeAt, ComputeInline, ComputeRoot, CacheRead,
-              CacheWrite, Vectorize, Unroll, Parallel, Bind, StorageAlign, Tensorize)
+              CacheWrite, Vectorize, Unroll, Parallel, Bind, StorageAlign, Tensorize, Pack, Pad)
 SCOPES = ("global", "shared", "local")
 THREAD_TAGS = ("blockIdx.x", "blockIdx.y", "blockIdx.z", "threadIdx.x", "threadIdx.y",
                "threadIdx.z", "vthread")
@@ -411,6 +468,9 @@ class Schedule:
     def cache_write(self, stage, scope, name=None, span=None) -> "Schedule":
         return self._with(CacheWrite(stage, scope, name, span))
 
+    def rfactor(self, stage, axis, factor, name=None, span=None) -> "Schedule":
+        return self._with(RFactor(stage, axis, factor, name, span))
+
     def vectorize(self, stage, axis, span=None) -> "Schedule":
         return self._with(Vectorize(stage, axis, span))
 
@@ -428,6 +488,14 @@ class Schedule:
 
     def tensorize(self, stage, axis, intrinsic: TensorIntrin, span=None) -> "Schedule":
         return self._with(Tensorize(stage, axis, intrinsic, span))
+
+    def pack(self, stage, axis, factor, outer=None, inner=None, span=None) -> "Schedule":
+        """Store ``stage``'s dimension ``axis`` blocked by ``factor`` (see `Pack`)."""
+        return self._with(Pack(stage, axis, factor, outer, inner, span))
+
+    def pad(self, stage, axis, multiple=1, span=None) -> "Schedule":
+        """Compute ``stage``'s dimension ``axis`` past its extent (see `Pad`)."""
+        return self._with(Pad(stage, axis, multiple, span))
 
     # -------------------------------------------------------------------- knobs
 

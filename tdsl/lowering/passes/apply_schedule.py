@@ -12,7 +12,6 @@ the stage, the axis and the stage's loops at that point, Halide style.
 from __future__ import annotations
 
 import dataclasses
-import operator
 
 from ...errors import ScheduleError
 from .. import schedule as S
@@ -20,6 +19,10 @@ from .. import te
 from ..dtypes import INDEX
 from ..loop_ir import ForKind
 from ..simplify import ceil_div, simplify
+from . import layout
+from .schedule_checks import (fail as _fail, int_arg as _int, leaf as _leaf,
+                              live_stage as _live_stage, new_names as _new_names,
+                              untouched as _untouched)
 from .stage_graph import FuseRel, SplitRel, StageGraph, StageState, initial, state_of
 
 
@@ -51,58 +54,6 @@ def _check_readers_stay(g: StageGraph, placed: dict) -> None:
             d = placed.get(name)
             _fail(st, f"compute {name} at {cons}.{axis}", f"its reader {moved[0]} is no "
                   f"longer computed at {cons}.{axis}", d.span if d else None)
-
-
-# ---------------------------------------------------------------------------- checks
-
-def _fail(st: StageState, what: str, why: str, span) -> None:
-    raise ScheduleError(f"In schedule of {st.name}, can't {what}: {why}; "
-                        f"loops are: {st.loops()}", span)
-
-
-def _live_stage(g: StageGraph, name: str, span) -> StageState:
-    st = g.stage(name, span)
-    if st.inlined:
-        raise ScheduleError(f"In schedule of {name}: the stage was inlined (compute_inline), "
-                            f"so it has no loops to schedule", span)
-    return st
-
-
-def _leaf(st: StageState, axis: str, what: str, span) -> None:
-    if axis in st.leaves:
-        return
-    if axis in st.extents:
-        _fail(st, what, f"{axis} is no longer a loop (it was split or fused)", span)
-    _fail(st, what, f"{st.name} has no axis {axis}", span)
-
-
-def _untouched(g: StageGraph, st: StageState, axis: str, what: str, span) -> None:
-    """An axis that is an attach point, annotated or tensorized cannot be split or fused."""
-    for prod, a in g.attached_at(st.name):
-        if a == axis:
-            _fail(st, what, f"stage {prod} is computed at {axis}", span)
-    if axis in st.annotations:
-        _fail(st, what, f"{axis} is already {st.annotations[axis][0].value}", span)
-    if st.tensorize and st.tensorize[0] == axis:
-        _fail(st, what, f"{axis} is tensorized", span)
-
-
-def _int(x, st, what, name, span, low=1) -> int:
-    try:
-        v = operator.index(x)
-    except TypeError:
-        v = None
-    if v is None or isinstance(x, bool) or v < low:
-        _fail(st, what, f"the {name} must be an integer >= {low}, not {x!r}", span)
-    return v
-
-
-def _new_names(st: StageState, names, what, span) -> None:
-    if len(set(names)) != len(names):
-        _fail(st, what, f"the new axes need distinct names, not {', '.join(names)}", span)
-    for n in names:
-        if n in st.extents:
-            _fail(st, what, f"{st.name} already has an axis named {n}", span)
 
 
 # ---------------------------------------------------------------------------- loop structure
@@ -186,6 +137,9 @@ def _annotate(kind: ForKind, verb: str):
         st = _live_stage(g, d.stage, d.span)
         what = f"{verb} {d.axis}"
         _leaf(st, d.axis, what, d.span)
+        if st.kind[d.axis] == "reduce" and kind is ForKind.THREAD_BINDING:
+            _fail(st, what, f"it is a reduction axis, and binding one needs a cross-thread "
+                  f"reduction (threads would race on {st.name}); keep it serial", d.span)
         if st.kind[d.axis] == "reduce" and kind is not ForKind.UNROLLED:
             _fail(st, what, f"it is a reduction axis (iterations would race on {st.name})",
                   d.span)
@@ -291,7 +245,7 @@ def _cache_read(g: StageGraph, d: S.CacheRead) -> None:
         _fail(owner, what, f"{d.tensor} is computed at {st.attach[1]}.{st.attach[2]}", d.span)
     shape = src.shape if src is not None else st.shape
     dtype = src.dtype if src is not None else st.dtype
-    names = [iv.var.name for iv in st.data] if st else [f"ax{k}" for k in range(len(shape))]
+    names = [iv.var.name for iv in st.data] if st else _input_axes(g, d.tensor, readers, shape)
     axes = tuple(te.IterVar(te.Var(n), s) for n, s in zip(names, shape))
     body = te.Load(src or te.Tensor(d.tensor, shape, dtype), tuple(a.var for a in axes), dtype)
     new = te.Tensor(d.name, shape, dtype, te.Compute(axes, body))
@@ -301,6 +255,19 @@ def _cache_read(g: StageGraph, d: S.CacheRead) -> None:
     cache.scope = d.scope
     g.stages[d.name] = cache
     g.order.insert(min(g.order.index(r) for r in readers), d.name)
+
+
+def _input_axes(g: StageGraph, tensor: str, readers, shape) -> list[str]:
+    """Axis names for a cache of an input: the index variables of the first reader's load when
+    they are distinct plain variables (``W[f, c, r, s]`` gives ``f, c, r, s``, so a schedule
+    can say ``pack(Wc.f, lanes)``), else ``ax0, ax1, ...``."""
+    for ld in te.loads(g.stages[readers[0]].value):
+        if ld.tensor.name == tensor:
+            names = [i.name for i in ld.indices if isinstance(i, te.Var)]
+            if len(names) == len(shape) and len(set(names)) == len(names):
+                return names
+            break
+    return [f"ax{k}" for k in range(len(shape))]
 
 
 def _cache_write(g: StageGraph, d: S.CacheWrite) -> None:
@@ -318,7 +285,7 @@ def _cache_write(g: StageGraph, d: S.CacheWrite) -> None:
     if d.name in g.stages or d.name in g.inputs:
         _fail(st, what, f"there is already a tensor named {d.name}", d.span)
     cache = dataclasses.replace(st, name=d.name, is_output=False, attach=("root",),
-                                scope=d.scope, align={}, extents=dict(st.extents),
+                                scope=d.scope, align={}, pad={}, extents=dict(st.extents),
                                 kind=dict(st.kind), leaves=list(st.leaves), relations=[],
                                 annotations={}, data=list(st.data), reduce=list(st.reduce))
     g.stages[d.name] = cache
@@ -329,6 +296,65 @@ def _cache_write(g: StageGraph, d: S.CacheWrite) -> None:
     st.leaves = [iv.var.name for iv in st.data]
     st.extents = {n: st.extents[n] for n in st.leaves}
     st.kind = {n: "data" for n in st.leaves}
+
+
+_COMBINE = {"sum": lambda a, b: te.Binary("+", a, b, a.dtype),
+            "prod": lambda a, b: te.Binary("*", a, b, a.dtype),
+            "max": lambda a, b: te.Intrinsic("max", (a, b), a.dtype),
+            "min": lambda a, b: te.Intrinsic("min", (a, b), a.dtype)}
+
+
+def _rfactor(g: StageGraph, d: S.RFactor) -> None:
+    st = _live_stage(g, d.stage, d.span)
+    what = f"rfactor {d.axis}"
+    if st.relations or st.annotations or st.tensorize or st.leaves != list(st.extents):
+        _fail(st, what, f"rfactor must come before the other directives on {st.name}",
+              d.span)
+    if g.attached_at(st.name):
+        _fail(st, what, f"stage {g.attached_at(st.name)[0][0]} is computed at one of its "
+              "loops", d.span)
+    factor = _int(d.factor, st, what, "factor", d.span)
+    if d.name in g.stages or d.name in g.inputs:
+        _fail(st, what, f"there is already a tensor named {d.name}", d.span)
+    # the whole value as one expression: a top-level reduction is a Reduce like a nested one
+    value = te.Reduce(st.combiner, st.value, tuple(st.reduce), st.dtype) if st.combiner         else st.value
+    found = [r for r in te.walk(value) if isinstance(r, te.Reduce) and
+             any(iv.var.name == d.axis for iv in r.axes)]
+    if len(found) != 1:
+        _fail(st, what, f"{st.name} has no reduction over an axis named {d.axis}" if not found
+              else f"{len(found)} reductions are over axes named {d.axis}", d.span)
+    red = found[0]
+    iv = next(iv for iv in red.axes if iv.var.name == d.axis)
+    others = tuple(x for x in red.axes if x is not iv)
+    names = {f"{d.axis}_o", f"{d.axis}_i", f"{d.axis}_t"}
+    taken = names & ({x.var.name for x in st.data} | {v.name for v in te.free_vars(value)})
+    if taken:
+        _fail(st, what, f"{st.name} already has an axis named {sorted(taken)[0]}", d.span)
+    outer, lane, tail = (te.Var(f"{d.axis}_{k}", INDEX) for k in "oit")
+    f = te.Const(factor, INDEX)
+    whole = simplify(te.Binary("//", iv.extent, f, INDEX))
+    # the partial results: data axes of the stage, then the lane axis
+    rf_axes = (*st.data, te.IterVar(lane, f))
+    rf_body = te.Reduce(red.combiner, te.substitute(
+        red.body, {iv.var: te.Binary("+", te.Binary("*", outer, f, INDEX), lane, INDEX)}),
+        (*others, te.IterVar(outer, whole, "reduce")), red.dtype)
+    rf = te.Tensor(d.name, (*st.shape, f), st.dtype, te.Compute(rf_axes, rf_body))
+    # the stage combines the partial results and the tail past the last whole multiple
+    partial = te.Reduce(red.combiner, te.Load(rf, (*(x.var for x in st.data), lane),
+                                              st.dtype), (te.IterVar(lane, f, "reduce"),),
+                        red.dtype)
+    rest = te.Reduce(red.combiner, te.substitute(
+        red.body, {iv.var: te.Binary("+", te.Binary("*", whole, f, INDEX), tail, INDEX)}),
+        (*others, te.IterVar(tail, simplify(te.Binary("%", iv.extent, f, INDEX)), "reduce")),
+        red.dtype)
+    combined = _COMBINE[red.combiner](partial, rest)
+    st.value = te.rewrite(value, pre=lambda e: combined if e is red else None)
+    st.reduce, st.combiner = [], None
+    st.leaves = [x.var.name for x in st.data]
+    st.extents = {n: st.extents[n] for n in st.leaves}
+    st.kind = {n: "data" for n in st.leaves}
+    g.stages[d.name] = state_of(rf, False)
+    g.order.insert(g.order.index(st.name), d.name)
 
 
 # ---------------------------------------------------------------------------- storage, tensorize
@@ -369,10 +395,11 @@ def _tensorize(g: StageGraph, d: S.Tensorize) -> None:
 _HANDLERS = {
     S.Split: _split, S.Tile: _tile, S.Fuse: _fuse, S.Reorder: _reorder,
     S.ComputeAt: _compute_at, S.ComputeInline: _compute_inline, S.ComputeRoot: _compute_root,
-    S.CacheRead: _cache_read, S.CacheWrite: _cache_write,
+    S.CacheRead: _cache_read, S.CacheWrite: _cache_write, S.RFactor: _rfactor,
     S.Vectorize: _annotate(ForKind.VECTORIZED, "vectorize"),
     S.Unroll: _annotate(ForKind.UNROLLED, "unroll"),
     S.Parallel: _annotate(ForKind.PARALLEL, "parallel"),
     S.Bind: _annotate(ForKind.THREAD_BINDING, "bind"),
-    S.StorageAlign: _storage_align, S.Tensorize: _tensorize,
+    S.StorageAlign: _storage_align, S.Tensorize: _tensorize, S.Pack: layout.pack,
+    S.Pad: layout.pad,
 }

@@ -102,6 +102,9 @@ class Builder:
         self.free_shape_vars = tuple(v for v in fn.shape_vars if v.name not in shapes)
         self.g = g
         self.used = {v.name for v in fn.shape_vars} | set(g.stages) | set(g.inputs)
+        # loop variables bound to a GPU thread index: one iteration of an enclosing loop
+        # runs them all at once, so a shared buffer covers what all of them read
+        self.thread_vars: set[te.Var] = set()
         self.attrs: dict = {}
         self.access: dict[str, Access] = {}
 
@@ -132,7 +135,8 @@ class Builder:
             st = g.stages[name]
             if st.attach == ("root",) and not st.is_output:
                 scope = "global" if st.scope in (None, "local") else st.scope
-                workspaces.append(self.buffer(name, st.dtype, st.shape, scope, st.align))
+                workspaces.append(self.buffer(name, st.dtype, padded_shape(st), scope,
+                                              st.align))
                 self.access[name] = Access(workspaces[-1])
         nests = [self.stage(g.stages[n], None, {}, dict(self.access))
                  for n in g.live() if g.stages[n].attach == ("root",)]
@@ -148,8 +152,9 @@ class Builder:
         """The loop nest of ``st``; ``region`` is ``[(min, extent)]`` per data dimension
         when it is computed at a consumer's loop, ``ranges`` the enclosing loops."""
         root_ext = {}
+        shape = padded_shape(st)
         for d, iv in enumerate(st.data):
-            root_ext[iv.var.name] = region[d][1] if region else self.bind(iv.extent)
+            root_ext[iv.var.name] = region[d][1] if region else self.bind(shape[d])
         for iv in st.reduce:
             root_ext[iv.var.name] = self.bind(iv.extent)
         ext, values, guards = _derive(st, root_ext, {a: self.fresh(st.name, a)
@@ -158,6 +163,8 @@ class Builder:
         absolute = [_add(region[d][0], r) for d, r in enumerate(rel)] if region else rel
         if region:      # the region may stick out of the tensor (a tail, a halo)
             for d, a in enumerate(absolute):
+                if d in st.pad:       # computed past the shape by the stage's own formula
+                    continue
                 if not (region[d][0] == te.Const(0, INDEX)
                         and region[d][1] == self.bind(st.data[d].extent)):
                     guards += [te.Compare(">=", a, te.Const(0, INDEX)),
@@ -167,6 +174,9 @@ class Builder:
         value = te.substitute(self.bind(_rename_reduces(st.value, self, st.name)), sub)
         loops = [(values[a], ext[a], *st.annotations.get(a, (ForKind.SERIAL, None)))
                  for a in st.leaves]
+        self.thread_vars.update(v for v, _, kind, tag in loops
+                                if kind is ForKind.THREAD_BINDING and tag
+                                and tag.startswith(("threadIdx", "vthread")))
 
         attach, access = self.attachments(st, value, loops, ranges, access)
         store = self.access[st.name] if st.name in self.access else access[st.name]
@@ -225,6 +235,10 @@ class Builder:
             outer.update({v: (te.Const(0, INDEX), e) for v, e, _, _ in loops[:pos + 1]})
             inner = {v: (te.Const(0, INDEX), _add(e, te.Const(-1, INDEX)))
                      for v, e, _, _ in loops[pos + 1:]}
+            if pst.scope == "shared":     # one tile for the block: relax the thread loops
+                for v in [v for v in outer if v in self.thread_vars]:
+                    lo, e = outer.pop(v)
+                    inner[v] = (lo, _add(_add(lo, e), te.Const(-1, INDEX)))
             reads = [(value, inner)]
             for other, other_axis in pairs:
                 if other_axis == axis and other in regions:
@@ -271,8 +285,9 @@ class Builder:
         for v, (lo, e) in outer_ranges.items():
             ctx = ctx.with_loop(v, lo, e)
         region = []
+        shape = padded_shape(pst)
         for d in range(len(pst.shape)):
-            full = (te.Const(0, INDEX), self.bind(pst.shape[d]))
+            full = (te.Const(0, INDEX), self.bind(shape[d]))
             boxes = [B.relax(ld.indices[d], inner) for ld, inner in relaxed]
             # a gather's index (T[I[i]]) is data: its region is known only as the whole
             # dimension (a region bounded by loads would need them loaded before the loop)
@@ -295,12 +310,22 @@ class Builder:
                     region.append(full)
                     continue
                 ext = te.Const(top, INDEX)
-            if isinstance(ext, te.Const) and isinstance(full[1], te.Const) \
+            if d in pst.pad:          # not clipped to the shape; rounded up to the multiple
+                region.append((lo, simplify(te.Binary("*", ceil_div(ext, pst.pad[d]),
+                                                      te.Const(pst.pad[d], INDEX), INDEX))))
+            elif isinstance(ext, te.Const) and isinstance(full[1], te.Const) \
                     and ext.value >= full[1].value:
                 region.append(full)
             else:
                 region.append((lo, ext))
         return region
+
+
+def padded_shape(st: StageState) -> tuple:
+    """The stage's shape with its padded dimensions (`Pad`) rounded up to their multiples."""
+    return tuple(simplify(te.Binary("*", ceil_div(e, st.pad[d]), te.Const(st.pad[d], INDEX),
+                                    INDEX)) if d in st.pad else e
+                 for d, e in enumerate(st.shape))
 
 
 def _init_nest(st: StageState, loops, p: int, guards, store: Access, index) -> Stmt:

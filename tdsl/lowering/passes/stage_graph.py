@@ -47,6 +47,7 @@ class StageState:
     attach: tuple = ("root",)            # ("root",) | ("inline",) | ("at", consumer, axis)
     scope: str | None = None             # None: global at root, local when computed at
     align: dict[int, tuple[int, int]] = field(default_factory=dict)
+    pad: dict[int, int] = field(default_factory=dict)   # dimension -> multiple (Pad)
     tensorize: tuple | None = None       # (axis, TensorIntrin, span)
 
     @property

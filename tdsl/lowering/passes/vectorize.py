@@ -6,8 +6,9 @@ After: a VECTORIZED loop ``for v in [m, m + L)`` whose
 - extent ``L`` is a constant power of two (GNU vector types need one),
 - body is a store or a sequence of stores (no loop, no condition, no allocation),
 - stores are contiguous in ``v`` (flat index ``base + v``), loads contiguous or invariant,
-- values use only ``+ - * /`` (``/`` on floats) and negation, of loads, constants and
-  invariant variables (no select, call, compare or cast on lanes),
+- values use only ``+ - * /`` (``/`` on floats), negation and float ``min``/``max`` (the
+  epilogues fusion leaves: relu, clip), of loads, constants and invariant variables (no
+  select, other call, compare or cast on lanes),
 - and loads of a buffer the body also stores use the store's own index (no cross-lane
   dependence),
 
@@ -101,6 +102,9 @@ class _Vectorizer:
                 return te.Binary(op, self.widen(a), self.widen(b), vector_dtype(dt, self.lanes))
             case te.Unary("-", a, dt):
                 return te.Unary("-", self.expr(a), vector_dtype(dt, self.lanes))
+            case te.Intrinsic("min" | "max" as name, (a, b), dt) if dt in ("f32", "f64"):
+                args = (self.widen(self.expr(a)), self.widen(self.expr(b)))
+                return te.Intrinsic(name, args, vector_dtype(dt, self.lanes))
         raise _NotVectorizable
 
     def widen(self, e: te.Expr) -> te.Expr:

@@ -1,0 +1,150 @@
+"""Constant folding: what depends only on weights is computed once, at build time.
+
+Two rewrites, in order:
+
+1. A node whose inputs are all weights (or folded values) is evaluated with the ops'
+   reference (numpy); its results become weights.
+2. ``batch_norm`` after a standard ``conv2d``/``depthwise_conv2d`` (through an optional
+   ``bias_add``) folds into the convolution: with ``s = gamma / sqrt(var + eps)``,
+   ``W' = W * s`` (per output channel) and ``b' = beta + (b - mean) * s``, and the graph
+   computes ``bias_add(conv(x, W'), b')``. Only the standard library's ops are rewritten,
+   since only their meaning is known here.
+
+Weights nobody reads any more are dropped.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable
+
+import numpy as np
+
+from .. import te
+from ..reference import evaluate
+from .ir import Graph, Node, Value
+
+CONVS = ("conv2d", "depthwise_conv2d")
+
+
+def run(graph: Graph, params: dict[str, np.ndarray], std: Callable[[str], object],
+        graph_sizes: dict[str, int]) -> tuple[Graph, dict[str, np.ndarray], tuple[str, ...]]:
+    """``std(name)``: the standard library's definition of an op (to recognise ours and to
+    make new nodes). Returns the new graph, its weights and what was folded, in words."""
+    params, notes = dict(params), []
+    graph = _fold_constants(graph, params, graph_sizes, notes)
+    graph = _fold_batch_norms(graph, params, std, notes)
+    used = {i for n in graph.nodes for i in n.inputs} | set(graph.outputs)
+    keep = tuple(p for p in graph.params if p in used)
+    graph = dataclasses.replace(
+        graph, params=keep, values=tuple((k, v) for k, v in graph.values
+                                         if v.kind != "param" or k in keep))
+    return graph, {k: params[k] for k in keep}, tuple(notes)
+
+
+def _is_std(node: Node, std, name: str) -> bool:
+    return node.op == name and node.opdef is std(name)
+
+
+def _fold_batch_norms(graph: Graph, params, std, notes) -> Graph:
+    while True:
+        found = _find_conv_bn(graph, params, std)
+        if found is None:
+            return graph
+        graph = _rewrite_conv_bn(graph, params, std, *found)
+        notes.append(f"batch_norm {found[2].outputs[0]} folded into {found[0].op} "
+                     f"{found[0].outputs[0]}")
+
+
+def _find_conv_bn(graph: Graph, params, std):
+    producers, consumers = graph.producers(), graph.consumers()
+    private = {v for v, users in consumers.items() if len(users) == 1} - set(graph.outputs)
+    for bn in graph.nodes:
+        if not _is_std(bn, std, "batch_norm") or not all(p in params for p in bn.inputs[1:]):
+            continue
+        y = bn.inputs[0]
+        node = producers.get(y)
+        bias = None
+        if node is not None and _is_std(node, std, "bias_add") and y in private \
+                and node.inputs[1] in params:
+            bias, y = node, node.inputs[0]
+            node = producers.get(y)
+        if node is None or y not in private or \
+                not any(_is_std(node, std, c) for c in CONVS):
+            continue
+        if node.inputs[1] in params:
+            return node, bias, bn
+    return None
+
+
+def _rewrite_conv_bn(graph: Graph, params, std, conv: Node, bias: Node | None, bn: Node):
+    gamma, beta, mean, var = (params[p].astype(np.float64) for p in bn.inputs[1:])
+    eps = dict(bn.attrs).get("eps", 1e-5)
+    scale = gamma / np.sqrt(var + eps)
+    w = params[conv.inputs[1]]
+    b0 = params[bias.inputs[1]].astype(np.float64) if bias is not None else 0.0
+    names = {k for k, _ in graph.values}
+    out = bn.outputs[0]
+    w_name, b_name = _fresh(f"{out}_w", names), _fresh(f"{out}_b", names)
+    params[w_name] = (w * scale.reshape((-1,) + (1,) * (w.ndim - 1))).astype(w.dtype)
+    params[b_name] = (beta + (b0 - mean) * scale).astype(w.dtype)
+    values = graph.value_map()
+    new_conv = dataclasses.replace(conv, inputs=(conv.inputs[0], w_name))
+    add = _make_node(std("bias_add"), "bias_add", (conv.outputs[0], b_name), (out,),
+                     [values[conv.outputs[0]], values[bn.inputs[1]]], bn.span)
+    dropped = {bn.inputs[0]} if bias is not None else set()
+    nodes = []
+    for n in graph.nodes:
+        if n is conv:
+            nodes.append(new_conv)
+        elif n is bn:
+            nodes.append(add)
+        elif n is not bias:
+            nodes.append(n)
+    new_values = [(k, v) for k, v in graph.values if k not in dropped]
+    new_values += [(w_name, dataclasses.replace(values[conv.inputs[1]], name=w_name)),
+                   (b_name, dataclasses.replace(values[bn.inputs[1]], name=b_name))]
+    return dataclasses.replace(graph, nodes=tuple(nodes), values=tuple(new_values),
+                               params=graph.params + (w_name, b_name))
+
+
+def _make_node(opdef, op: str, inputs, outputs, args: list[Value], span) -> Node:
+    """A node of a standard op whose sizes are all plain names in its inputs' shapes."""
+    fn = opdef.instantiate({}, [len(a.shape) for a in args])
+    binding = {}
+    for ph, a in zip(fn.inputs, args):
+        for dim, got in zip(ph.shape, a.shape):
+            if isinstance(dim, te.Var):
+                binding.setdefault(dim, got)
+    return Node(op, tuple(inputs), tuple(outputs), (), fn,
+                tuple((v, binding[v]) for v in fn.shape_vars), opdef, span)
+
+
+def _fold_constants(graph: Graph, params, graph_sizes, notes) -> Graph:
+    nodes, folded = [], set()
+    values = graph.value_map()
+    for n in graph.nodes:
+        if not n.inputs or not all(i in params for i in n.inputs) \
+                or any(o in graph.outputs for o in n.outputs):
+            nodes.append(n)
+            continue
+        try:
+            sizes = n.sizes(graph_sizes)
+        except KeyError:            # a size only the inputs will tell
+            nodes.append(n)
+            continue
+        outs = evaluate(n.fn, [params[i] for i in n.inputs], sizes)
+        for name, arr in zip(n.outputs, outs):
+            params[name] = arr
+            values[name] = dataclasses.replace(values[name], kind="param")
+            folded.add(name)
+        notes.append(f"{', '.join(n.outputs)} = {n.op}(...) computed at build time")
+    return dataclasses.replace(graph, nodes=tuple(nodes), values=tuple(values.items()),
+                               params=graph.params + tuple(sorted(folded)))
+
+
+def _fresh(name: str, taken: set[str]) -> str:
+    out, k = name, 1
+    while out in taken:
+        out, k = f"{name}{k}", k + 1
+    taken.add(out)
+    return out

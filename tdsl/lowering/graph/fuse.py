@@ -1,0 +1,85 @@
+"""Operator fusion: the graph's nodes grouped into kernels by the TVM paper's rules.
+
+Walking the nodes in program order, a node joins the group that produced one of its
+inputs ``v`` when ``v`` is that group's result, is read by this node alone and is no graph
+output (so ``v`` never needs a buffer), and:
+
+- the node is injective and the group is all injective (injective chains fuse);
+- the node is injective, reads ``v`` elementwise (at its own indices, same shape), and
+  the group's anchor is complex-out-fusable with an injective output stage (conv2d +
+  bias_add + relu is one kernel: the epilogue is applied to each output as it is stored);
+- the node is a reduction and the group is all injective (a reduction takes fused
+  injective inputs; it becomes the anchor).
+
+Complex ops start a group of their own; opaque ops stand alone. A group runs where its last
+node stands: its outside inputs are all computed by then, since what is inside a group is
+read by nobody outside it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .ir import Graph, Node
+from .patterns import Pattern, classify, output_is_injective, reads_elementwise
+
+
+@dataclass(frozen=True)
+class Group:
+    """Nodes (indices into ``graph.nodes``, in order) that become one kernel. ``anchor``:
+    the node whose schedule the kernel takes; ``pattern``: the group's kind."""
+    nodes: tuple[int, ...]
+    anchor: int
+    pattern: Pattern
+
+    @property
+    def output_node(self) -> int:
+        return self.nodes[-1]
+
+
+def run(graph: Graph, fuse: bool = True) -> tuple[Group, ...]:
+    """The groups, in the order they run; ``fuse=False`` gives one group per node."""
+    patterns = [classify(n.fn) for n in graph.nodes]
+    if not fuse:
+        return tuple(Group((i,), i, p) for i, p in enumerate(patterns))
+    consumers = graph.consumers()
+    outputs = set(graph.outputs)
+    group_of: dict[str, int] = {}            # a group's result value -> index in `groups`
+    groups: list[Group | None] = []
+    for i, node in enumerate(graph.nodes):
+        pat = patterns[i]
+        joined = None
+        for k, v in enumerate(node.inputs):
+            g = group_of.get(v)
+            if g is None or v in outputs or len(consumers.get(v, ())) != 1:
+                continue
+            if _can_join(groups[g], graph, node, k, pat, patterns):
+                joined = g
+                break
+        if joined is None:
+            groups.append(Group((i,), i, pat))
+            joined = len(groups) - 1
+        else:
+            old = groups[joined]
+            anchor = i if (pat == Pattern.REDUCTION) else old.anchor
+            if old.pattern == Pattern.INJECTIVE and pat == Pattern.INJECTIVE:
+                anchor = i                   # an injective group takes its last op's schedule
+            groups[joined] = Group(old.nodes + (i,), anchor, max(old.pattern, pat))
+            group_of = {v: g for v, g in group_of.items() if g != joined}
+        for o in node.outputs:
+            group_of[o] = joined
+    ordered = [g for g in groups if g is not None]
+    return tuple(sorted(ordered, key=lambda g: g.output_node))
+
+
+def _can_join(group: Group, graph: Graph, node: Node, k: int, pat: Pattern, patterns) -> bool:
+    if len(node.outputs) != 1 or pat == Pattern.OPAQUE or pat == Pattern.COMPLEX:
+        return False
+    if group.pattern == Pattern.INJECTIVE:
+        return pat in (Pattern.INJECTIVE, Pattern.REDUCTION)
+    if group.pattern == Pattern.COMPLEX and pat == Pattern.INJECTIVE:
+        anchor = graph.nodes[group.anchor]
+        v = node.inputs[k]
+        return (output_is_injective(anchor.fn) and reads_elementwise(node.fn, k)
+                and graph.value(v).shape == graph.value(node.outputs[0]).shape
+                and node.inputs.count(v) == 1)
+    return False

@@ -1,0 +1,84 @@
+"""An op's pattern, read off its tensor expression (never tagged by hand).
+
+The TVM paper's four kinds, ordered as fusion sees them:
+
+- ``INJECTIVE``: no reduction anywhere (elementwise, broadcasts, reshapes, padding);
+- ``REDUCTION``: reductions, none of which multiplies two independent inputs (sums, max,
+  pooling, softmax, normalisation statistics);
+- ``COMPLEX``: "complex-out-fusable", a reduction of a product of two loads whose source
+  inputs are disjoint (a contraction: conv2d, dense, matmul, depthwise conv);
+- ``OPAQUE``: several outputs, or a data-dependent index (a load inside a subscript).
+"""
+from __future__ import annotations
+
+import enum
+
+from .. import te
+
+
+class Pattern(enum.IntEnum):
+    INJECTIVE = 0
+    REDUCTION = 1
+    COMPLEX = 2
+    OPAQUE = 3
+
+
+def classify(fn: te.Function) -> Pattern:
+    if len(fn.outputs) != 1:
+        return Pattern.OPAQUE
+    stages = fn.stages()
+    reduces = []
+    for t in stages:
+        for e in te.walk(t.op.body):
+            if isinstance(e, te.Load) and any(isinstance(x, te.Load) for i in e.indices
+                                              for x in te.walk(i)):
+                return Pattern.OPAQUE
+            if isinstance(e, te.Reduce):
+                reduces.append(e)
+    if not reduces:
+        return Pattern.INJECTIVE
+    if any(_is_contraction(r) for r in reduces):
+        return Pattern.COMPLEX
+    return Pattern.REDUCTION
+
+
+def _is_contraction(r: te.Reduce) -> bool:
+    """``sum[k](a * b)`` with ``a`` and ``b`` read from disjoint sets of inputs, each along
+    a reduction axis (``sum(X * X)`` or a scaled sum is no contraction)."""
+    if r.combiner != "sum" or not isinstance(r.body, te.Binary) or r.body.op != "*":
+        return False
+    axes = {ax.var for ax in r.axes}
+    sides = []
+    for side in (r.body.a, r.body.b):
+        loads = list(te.loads(side))
+        if not loads or not any(te.free_vars(i) & axes for ld in loads for i in ld.indices):
+            return False
+        sides.append(set().union(*(_sources(ld.tensor) for ld in loads)))
+    return not (sides[0] & sides[1])
+
+
+def _sources(t: te.Tensor) -> set[int]:
+    """The placeholders ``t`` is computed from (by identity)."""
+    return {id(x) for x in te.topo_tensors([t]) if x.is_placeholder}
+
+
+def reads_elementwise(fn: te.Function, k: int) -> bool:
+    """Whether every read of input ``k`` is at the output's own indices, in order, with the
+    output's shape: ``Y[i, j] = f(X[i, j], ...)`` (what an epilogue fused after a complex
+    op must do, so it can run on each output element as it is computed)."""
+    if len(fn.outputs) != 1:
+        return False
+    out, x = fn.outputs[0], fn.inputs[k]
+    if out.is_placeholder or len(fn.stages()) != 1 or x.ndim != out.ndim:
+        return False
+    axes = tuple(ax.var for ax in out.op.axes)
+    reads = [ld for ld in te.loads(out.op.body) if ld.tensor is x]
+    return bool(reads) and all(ld.indices == axes for ld in reads)
+
+
+def output_is_injective(fn: te.Function) -> bool:
+    """Whether the output stage itself has no reduction (conv2d's ``Y = P[...]``, dense's
+    ``Y = P + b``), so an epilogue can be composed into it."""
+    out = fn.outputs[0]
+    return not out.is_placeholder and not any(isinstance(e, te.Reduce)
+                                              for e in te.walk(out.op.body))

@@ -1,0 +1,230 @@
+"""Text of the ops an imported model needs beyond the standard library, each written for its
+concrete shapes (an ONNX model's shapes are static): broadcasting arithmetic, reshapes,
+slices, transposes, concatenation, general convolutions and pools, LRN, softmax on any axis.
+
+Every function returns the ``op`` text with the name ``{name}`` left to fill in, so that
+identical ops (the same reshape in ten blocks) are written once.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+
+def lit(v: float) -> str:
+    """A float literal in .tdsl (always with a point or an exponent)."""
+    v = float(v)
+    if math.isinf(v):
+        return "inf" if v > 0 else "-inf"
+    text = repr(v)
+    return text if any(c in text for c in ".en") else text + ".0"
+
+
+def ty(shape) -> str:
+    return f"f32[{', '.join(map(str, shape))}]"
+
+
+def idx(rank: int, prefix: str = "i") -> list[str]:
+    return [f"{prefix}{k}" for k in range(rank)]
+
+
+def broadcast_index(shape, out_rank: int, out_idx: list[str]) -> str:
+    """Subscripts of an operand of ``shape`` broadcast (numpy rules) to ``out_rank``."""
+    pad = out_rank - len(shape)
+    subs = ["0" if n == 1 else out_idx[pad + k] for k, n in enumerate(shape)]
+    return f"[{', '.join(subs)}]"
+
+
+def elementwise(operands, out_shape, expr: str) -> str:
+    """``Y = expr`` where ``{0}``, ``{1}`` ... in ``expr`` are the operands (a shape: a
+    tensor argument, broadcast; a float: a literal)."""
+    i = idx(len(out_shape))
+    params, terms = [], []
+    for k, op in enumerate(operands):
+        if isinstance(op, float):
+            terms.append(f"({lit(op)})")
+        else:
+            params.append(f"A{k}: {ty(op)}")
+            terms.append(f"A{k}{broadcast_index(op, len(out_shape), i)}")
+    return (f"op {{name}}({', '.join(params)}) -> Y: {ty(out_shape)} {{\n"
+            f"    Y[{', '.join(i)}] = {expr.format(*terms)}\n}}\n")
+
+
+def reshape(in_shape, out_shape) -> str:
+    """Same elements in row-major order: the flat offset of the output index, unravelled."""
+    i = idx(len(out_shape))
+    strides = np.cumprod([1] + list(out_shape[::-1]))[:-1][::-1]
+    flat = " + ".join(f"{i[k]} * {int(s)}" if s != 1 else i[k]
+                      for k, s in enumerate(strides) if out_shape[k] != 1) or "0"
+    in_strides = np.cumprod([1] + list(in_shape[::-1]))[:-1][::-1]
+    subs = []
+    for k, n in enumerate(in_shape):
+        s = int(in_strides[k])
+        e = f"({flat})" if s == 1 else f"({flat}) // {s}"
+        subs.append("0" if n == 1 else e if k == 0 else f"{e} % {n}")
+    return (f"op {{name}}(X: {ty(in_shape)}) -> Y: {ty(out_shape)} {{\n"
+            f"    Y[{', '.join(i)}] = X[{', '.join(subs)}]\n}}\n")
+
+
+def transpose(in_shape, perm) -> str:
+    out_shape = [in_shape[p] for p in perm]
+    i = idx(len(out_shape))
+    subs = [""] * len(in_shape)
+    for k, p in enumerate(perm):
+        subs[p] = i[k]
+    return (f"op {{name}}(X: {ty(in_shape)}) -> Y: {ty(out_shape)} {{\n"
+            f"    Y[{', '.join(i)}] = X[{', '.join(subs)}]\n}}\n")
+
+
+def slice_(in_shape, starts, steps, out_shape) -> str:
+    i = idx(len(out_shape))
+    subs = []
+    for k in range(len(in_shape)):
+        a, s = int(starts[k]), int(steps[k])
+        term = i[k] if s == 1 else f"{i[k]} * {s}"
+        subs.append(term if a == 0 else f"{term} + {a}" if a > 0 else f"{term} - {-a}")
+    return (f"op {{name}}(X: {ty(in_shape)}) -> Y: {ty(out_shape)} {{\n"
+            f"    Y[{', '.join(i)}] = X[{', '.join(subs)}]\n}}\n")
+
+
+def concat(shapes, axis: int) -> str:
+    out_shape = list(shapes[0])
+    out_shape[axis] = sum(s[axis] for s in shapes)
+    i = idx(len(out_shape))
+    params = [f"A{k}: {ty(s)}" for k, s in enumerate(shapes)]
+    offsets = np.cumsum([0] + [s[axis] for s in shapes])
+    expr = None
+    for k in reversed(range(len(shapes))):
+        subs = list(i)
+        if offsets[k]:
+            subs[axis] = f"{i[axis]} - {int(offsets[k])}"
+        load = f"A{k}[{', '.join(subs)}]"
+        expr = load if expr is None else \
+            f"select({i[axis]} < {int(offsets[k + 1])}, {load}, {expr})"
+    return (f"op {{name}}({', '.join(params)}) -> Y: {ty(out_shape)} {{\n"
+            f"    Y[{', '.join(i)}] = {expr}\n}}\n")
+
+
+def conv(x_shape, w_shape, out_shape, strides, pads, dilations, group) -> str:
+    """A convolution of any group count and padding: one sum over (c, r, s), the padding a
+    select (the textbook form; the automatic schedule)."""
+    n, c, h, w = x_shape
+    f, cg, kh, kw = w_shape
+    fg = f // group
+    iy = f"y * {strides[0]} + r * {dilations[0]} - {pads[0]}"
+    ix = f"x * {strides[1]} + s * {dilations[1]} - {pads[1]}"
+    chan = "c" if group == 1 else f"f // {fg} * {cg} + c"
+    return (f"op {{name}}(X: {ty(x_shape)}, W: {ty(w_shape)}) -> Y: {ty(out_shape)} {{\n"
+            f"    Y[n, f, y, x] = sum[c: {cg}, r: {kh}, s: {kw}](\n"
+            f"        select({iy} >= 0 and {iy} < {h} and {ix} >= 0 and {ix} < {w},\n"
+            f"               X[n, {chan}, {iy}, {ix}], 0.0) * W[f, c, r, s])\n}}\n")
+
+
+def pool(x_shape, out_shape, kernel, strides, pads, kind: str, count_pad: bool) -> str:
+    """Max or average pooling with any padding and ceil mode (windows past the padded
+    input read nothing)."""
+    n, c, h, w = x_shape
+    iy, ix = f"y * {strides[0]} + r - {pads[0]}", f"x * {strides[1]} + s - {pads[1]}"
+    inside = f"{iy} >= 0 and {iy} < {h} and {ix} >= 0 and {ix} < {w}"
+    win = f"r: {kernel[0]}, s: {kernel[1]}"
+    load = f"X[n, c, {iy}, {ix}]"
+    head = f"op {{name}}(X: {ty(x_shape)}) -> Y: {ty(out_shape)} {{\n"
+    if kind == "max":
+        return head + f"    Y[n, c, y, x] = max[{win}](select({inside}, {load}, -inf))\n}}\n"
+    if count_pad:
+        ph, pw = h + pads[0] + pads[2], w + pads[1] + pads[3]
+        counted = (f"y * {strides[0]} + r < {ph} and x * {strides[1]} + s < {pw}")
+    else:
+        counted = inside
+    return (head + f"    P: {ty(out_shape)}\n"
+            f"    P[n, c, y, x] = sum[{win}](select({inside}, {load}, 0.0))\n"
+            f"    K: {ty(out_shape)}\n"
+            f"    K[n, c, y, x] = sum[{win}](select({counted}, 1.0, 0.0))\n"
+            f"    Y[n, c, y, x] = P[n, c, y, x] / K[n, c, y, x]\n}}\n")
+
+
+def global_pool(x_shape, kind: str) -> str:
+    n, c, h, w = x_shape
+    body = (f"max[r: {h}, s: {w}](X[n, c, r, s])" if kind == "max" else
+            f"sum[r: {h}, s: {w}](X[n, c, r, s]) / {lit(h * w)}")
+    return (f"op {{name}}(X: {ty(x_shape)}) -> Y: {ty([n, c, 1, 1])} {{\n"
+            f"    Y[n, c, a, b] = {body}\n}}\n")
+
+
+def lrn(x_shape, size: int, alpha: float, beta: float, bias: float) -> str:
+    n, c, h, w = x_shape
+    lo = (size - 1) // 2
+    ch = f"c + k - {lo}" if lo else "c + k"
+    return (f"op {{name}}(X: {ty(x_shape)}) -> Y: {ty(x_shape)} {{\n"
+            f"    S: {ty(x_shape)}\n"
+            f"    S[n, c, y, x] = sum[k: {size}](select({ch} >= 0 and {ch} < {c},\n"
+            f"        X[n, {ch}, y, x] * X[n, {ch}, y, x], 0.0))\n"
+            f"    Y[n, c, y, x] = X[n, c, y, x]\n"
+            f"        / pow({lit(bias)} + {lit(alpha / size)} * S[n, c, y, x], {lit(beta)})\n"
+            f"}}\n")
+
+
+def softmax(shape, axis: int, log: bool) -> str:
+    """Softmax (or log-softmax) along ``axis``, the maximum subtracted first."""
+    i = idx(len(shape))
+    rest = [v for k, v in enumerate(i) if k != axis]
+    red = [s for k, s in enumerate(shape) if k != axis]
+    at = list(i)
+    at[axis] = "k"
+    lhs = f"[{', '.join(rest)}]" if rest else ""
+    dims = ty(red) if red else "f32"
+    x_k, x_i = f"X[{', '.join(at)}]", f"X[{', '.join(i)}]"
+    out = (f"{x_i} - M{lhs} - log(S{lhs})" if log else f"exp({x_i} - M{lhs}) / S{lhs}")
+    return (f"op {{name}}(X: {ty(shape)}) -> Y: {ty(shape)} {{\n"
+            f"    M: {dims}\n    M{lhs} = max[k: {shape[axis]}]({x_k})\n"
+            f"    S: {dims}\n    S{lhs} = sum[k: {shape[axis]}](exp({x_k} - M{lhs}))\n"
+            f"    Y[{', '.join(i)}] = {out}\n}}\n")
+
+
+def gemm(a_shape, b_shape, c_shape, trans_a, trans_b, alpha, beta, out_shape) -> str:
+    a = "A[k, i]" if trans_a else "A[i, k]"
+    b = "B[j, k]" if trans_b else "B[k, j]"
+    k = a_shape[0] if trans_a else a_shape[1]
+    params = [f"A: {ty(a_shape)}", f"B: {ty(b_shape)}"]
+    body = f"sum[k: {k}]({a} * {b})"
+    if alpha != 1.0:
+        body = f"{lit(alpha)} * {body}"
+    if c_shape is not None:
+        params.append(f"C: {ty(c_shape)}")
+        cterm = f"C{broadcast_index(c_shape, 2, ['i', 'j'])}"
+        body += f" + {cterm}" if beta == 1.0 else f" + {lit(beta)} * {cterm}"
+    return (f"op {{name}}({', '.join(params)}) -> Y: {ty(out_shape)} {{\n"
+            f"    Y[i, j] = {body}\n}}\n")
+
+
+def batch_matmul(a_shape, b_shape, out_shape) -> str:
+    """MatMul of rank > 2 (numpy's matmul: batch dimensions broadcast)."""
+    r = len(out_shape)
+    i = idx(r)
+    a_idx = broadcast_index(list(a_shape[:-2]) + [2, 2], r, i[:-2] + ["x", "y"])
+    b_idx = broadcast_index(list(b_shape[:-2]) + [2, 2], r, i[:-2] + ["x", "y"])
+    a_sub = a_idx[1:-1].rsplit(", ", 2)[0] if len(a_shape) > 2 else ""
+    b_sub = b_idx[1:-1].rsplit(", ", 2)[0] if len(b_shape) > 2 else ""
+    ak = ", ".join(x for x in (a_sub, f"{i[-2]}, k") if x)
+    bk = ", ".join(x for x in (b_sub, f"k, {i[-1]}") if x)
+    return (f"op {{name}}(A: {ty(a_shape)}, B: {ty(b_shape)}) -> Y: {ty(out_shape)} {{\n"
+            f"    Y[{', '.join(i)}] = sum[k: {a_shape[-1]}](A[{ak}] * B[{bk}])\n}}\n")
+
+
+def pad(in_shape, begins, ends, value: float) -> str:
+    """Constant padding (negative pads crop)."""
+    out_shape = [n + b + e for n, b, e in zip(in_shape, begins, ends)]
+    i = idx(len(out_shape))
+    conds, subs = [], []
+    for k, (n, b) in enumerate(zip(in_shape, begins)):
+        sub = i[k] if b == 0 else f"{i[k]} - {b}" if b > 0 else f"{i[k]} + {-b}"
+        subs.append(sub)
+        if b > 0:
+            conds.append(f"{i[k]} >= {b}")
+        if n + b < out_shape[k]:
+            conds.append(f"{sub} < {n}")
+    load = f"X[{', '.join(subs)}]"
+    body = f"select({' and '.join(conds)}, {load}, {lit(value)})" if conds else load
+    return (f"op {{name}}(X: {ty(in_shape)}) -> Y: {ty(out_shape)} {{\n"
+            f"    Y[{', '.join(i)}] = {body}\n}}\n")

@@ -1,0 +1,207 @@
+"""Small ONNX models built with onnx's helper API, shaped like the model zoo's classics
+(the zoo's files can't be downloaded where these tests run): a ResNet basic block stack at
+opset 17, a SqueezeNet/AlexNet/Inception-style net at opset 7-9 (weights among the graph
+inputs, LRN, Dropout, Concat, Sum, ConstantOfShape, Reshape with a computed shape), a
+MobileNet block with Clip, a classifier head with Gemm, Softmax and Transpose."""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+RNG = np.random.default_rng(0)
+
+
+def _w(name, *shape, scale=None):
+    fan = int(np.prod(shape[1:])) if len(shape) > 1 else 1
+    a = (RNG.standard_normal(shape) * (scale or 1 / np.sqrt(fan))).astype(np.float32)
+    return numpy_helper.from_array(a, name)
+
+
+def _bn(prefix, c):
+    return [_w(f"{prefix}_s", c, scale=0.2), _w(f"{prefix}_b", c, scale=0.2),
+            _w(f"{prefix}_m", c, scale=0.2),
+            numpy_helper.from_array(RNG.uniform(0.5, 1.5, c).astype(np.float32), f"{prefix}_v")]
+
+
+def _model(nodes, inputs, outputs, inits, opset, weights_as_inputs=False):
+    vin = [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in inputs]
+    if weights_as_inputs:
+        vin += [helper.make_tensor_value_info(i.name, i.data_type, list(i.dims)) for i in inits]
+    vout = [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in outputs]
+    g = helper.make_graph(nodes, "g", vin, vout, inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 7 if opset >= 13 else 4
+    return m
+
+
+def resnet_stack(c=16, hw=14, blocks=2, opset=17):
+    """Conv-BN-ReLU stem, basic blocks with identity shortcuts, GAP, Flatten, Gemm."""
+    nodes, inits = [], []
+    inits += [_w("stem_w", c, 3, 3, 3)] + _bn("stem_bn", c)
+    nodes += [helper.make_node("Conv", ["x", "stem_w"], ["s0"], pads=[1, 1, 1, 1]),
+              helper.make_node("BatchNormalization", ["s0", *[f"stem_bn_{k}" for k in "sbmv"]],
+                               ["s1"]),
+              helper.make_node("Relu", ["s1"], ["h0"])]
+    h = "h0"
+    for b in range(blocks):
+        p = f"b{b}"
+        inits += [_w(f"{p}_w1", c, c, 3, 3), _w(f"{p}_w2", c, c, 3, 3)]
+        inits += _bn(f"{p}_bn1", c) + _bn(f"{p}_bn2", c)
+        nodes += [
+            helper.make_node("Conv", [h, f"{p}_w1"], [f"{p}_c1"], pads=[1, 1, 1, 1],
+                             kernel_shape=[3, 3]),
+            helper.make_node("BatchNormalization", [f"{p}_c1", *[f"{p}_bn1_{k}" for k in "sbmv"]],
+                             [f"{p}_n1"], epsilon=1e-5),
+            helper.make_node("Relu", [f"{p}_n1"], [f"{p}_r1"]),
+            helper.make_node("Conv", [f"{p}_r1", f"{p}_w2"], [f"{p}_c2"], pads=[1, 1, 1, 1]),
+            helper.make_node("BatchNormalization", [f"{p}_c2", *[f"{p}_bn2_{k}" for k in "sbmv"]],
+                             [f"{p}_n2"]),
+            helper.make_node("Add", [f"{p}_n2", h], [f"{p}_sum"]),
+            helper.make_node("Relu", [f"{p}_sum"], [f"{p}_out"])]
+        h = f"{p}_out"
+    inits += [_w("fc_w", 10, c), _w("fc_b", 10)]
+    nodes += [helper.make_node("GlobalAveragePool", [h], ["gap"]),
+              helper.make_node("Flatten", ["gap"], ["flat"], axis=1),
+              helper.make_node("Gemm", ["flat", "fc_w", "fc_b"], ["y"], transB=1)]
+    return _model(nodes, [("x", [1, 3, hw, hw])], ["y"], inits, opset)
+
+
+def squeezenet_like(opset=7):
+    """Old-opset idioms: weights among the inputs, Conv with bias, LRN, MaxPool with
+    ceil_mode (opset >= 10 only) or plain, a Fire module (Concat), Dropout, Sum,
+    ConstantOfShape (opset 9), Reshape with a computed shape, Softmax."""
+    nodes, inits = [], []
+    inits += [_w("c1_w", 8, 3, 3, 3), _w("c1_b", 8)]
+    nodes += [helper.make_node("Conv", ["x", "c1_w", "c1_b"], ["c1"], strides=[2, 2],
+                               kernel_shape=[3, 3]),
+              helper.make_node("Relu", ["c1"], ["r1"]),
+              helper.make_node("LRN", ["r1"], ["l1"], size=3, alpha=1e-3, beta=0.75, bias=1.0),
+              helper.make_node("MaxPool", ["l1"], ["p1"], kernel_shape=[3, 3], strides=[2, 2])]
+    inits += [_w("sq_w", 4, 8, 1, 1), _w("sq_b", 4), _w("e1_w", 6, 4, 1, 1), _w("e1_b", 6),
+              _w("e3_w", 6, 4, 3, 3), _w("e3_b", 6)]
+    nodes += [helper.make_node("Conv", ["p1", "sq_w", "sq_b"], ["sq"]),
+              helper.make_node("Relu", ["sq"], ["sqr"]),
+              helper.make_node("Conv", ["sqr", "e1_w", "e1_b"], ["e1"]),
+              helper.make_node("Conv", ["sqr", "e3_w", "e3_b"], ["e3"], pads=[1, 1, 1, 1]),
+              helper.make_node("Concat", ["e1", "e3"], ["fire"], axis=1),
+              helper.make_node("Relu", ["fire"], ["fr"]),
+              helper.make_node("Dropout", ["fr"], ["dr"], **({"is_test": 1} if opset < 7 else {})),
+              helper.make_node("Sum", ["dr", "fr", "dr"], ["sm"])]
+    # Reshape to [1, -1] with the shape computed from Shape/Gather/Concat, as exporters do
+    inits += [numpy_helper.from_array(np.array([0], np.int64), "zero"),
+              numpy_helper.from_array(np.array([-1], np.int64), "minus1")]
+    nodes += [helper.make_node("Shape", ["sm"], ["shp"]),
+              helper.make_node("Gather", ["shp", "zero"], ["n"], axis=0),
+              helper.make_node("Concat", ["n", "minus1"], ["newshape"], axis=0),
+              helper.make_node("Reshape", ["sm", "newshape"], ["flat"])]
+    flat = 12 * 7 * 7
+    inits += [_w("fc_w", flat, 10)]
+    nodes += [helper.make_node("MatMul", ["flat", "fc_w"], ["mm"])]
+    if opset >= 9:
+        nodes += [helper.make_node("ConstantOfShape", ["shape10"], ["bias"],
+                                   value=helper.make_tensor("v", TensorProto.FLOAT, [1], [0.5])),
+                  helper.make_node("Add", ["mm", "bias"], ["logits"])]
+        inits += [numpy_helper.from_array(np.array([1, 10], np.int64), "shape10")]
+    else:
+        inits += [_w("fc_b", 1, 10)]
+        nodes += [helper.make_node("Add", ["mm", "fc_b"], ["logits"])]
+    nodes += [helper.make_node("Softmax", ["logits"], ["y"], axis=1)]
+    return _model(nodes, [("x", [1, 3, 32, 32])], ["y"], inits, opset, weights_as_inputs=True)
+
+
+def mobilenet_like(opset=17):
+    """Depthwise (group = channels) conv without bias, Clip (ReLU6) with min/max inputs,
+    pointwise conv with bias, AveragePool, Transpose, Slice, Squeeze, LogSoftmax."""
+    c = 8
+    inits = [_w("dw", c, 1, 3, 3), _w("pw", 16, c, 1, 1), _w("pw_b", 16)]
+    inits += [numpy_helper.from_array(np.array(0.0, np.float32), "lo"),
+              numpy_helper.from_array(np.array(6.0, np.float32), "hi"),
+              numpy_helper.from_array(np.array([0, 0], np.int64), "st"),
+              numpy_helper.from_array(np.array([1, 12], np.int64), "en"),
+              numpy_helper.from_array(np.array([0, 1], np.int64), "ax"),
+              numpy_helper.from_array(np.array([2, 3], np.int64), "sq_axes")]
+    nodes = [helper.make_node("Conv", ["x", "dw"], ["d"], group=c, pads=[1, 1, 1, 1]),
+             helper.make_node("Clip", ["d", "lo", "hi"], ["d6"]),
+             helper.make_node("Conv", ["d6", "pw", "pw_b"], ["p"], strides=[2, 2]),
+             helper.make_node("Clip", ["p", "lo", "hi"], ["p6"]),
+             helper.make_node("AveragePool", ["p6"], ["ap"], kernel_shape=[8, 8]),
+             helper.make_node("Squeeze", ["ap", "sq_axes"], ["v"]),
+             helper.make_node("Slice", ["v", "st", "en", "ax"], ["sl"]),
+             helper.make_node("Transpose", ["sl"], ["tr"], perm=[1, 0]),
+             helper.make_node("Mul", ["tr", "hi"], ["sc"]),
+             helper.make_node("Transpose", ["sc"], ["tr2"], perm=[1, 0]),
+             helper.make_node("LogSoftmax", ["tr2"], ["y"], axis=-1)]
+    return _model(nodes, [("x", [1, c, 16, 16])], ["y"], inits, opset)
+
+
+class _Builder:
+    """Conv-BN(-ReLU) blocks with random weights, for the ResNet benchmarks."""
+
+    def __init__(self):
+        self.nodes, self.inits, self.k = [], [], 0
+
+    def conv_bn(self, x, cin, cout, k, stride=1, relu=True):
+        self.k += 1
+        p = f"l{self.k}"
+        self.inits += [_w(f"{p}_w", cout, cin, k, k)] + _bn(f"{p}_bn", cout)
+        self.nodes += [
+            helper.make_node("Conv", [x, f"{p}_w"], [f"{p}_c"], kernel_shape=[k, k],
+                             strides=[stride, stride], pads=[k // 2] * 4),
+            helper.make_node("BatchNormalization", [f"{p}_c", *[f"{p}_bn_{q}" for q in "sbmv"]],
+                             [f"{p}_n"])]
+        if not relu:
+            return f"{p}_n"
+        self.nodes.append(helper.make_node("Relu", [f"{p}_n"], [f"{p}_r"]))
+        return f"{p}_r"
+
+    def add_relu(self, a, b):
+        self.k += 1
+        self.nodes += [helper.make_node("Add", [a, b], [f"s{self.k}"]),
+                       helper.make_node("Relu", [f"s{self.k}"], [f"o{self.k}"])]
+        return f"o{self.k}"
+
+    def basic(self, x, cin, cout, stride):
+        h = self.conv_bn(x, cin, cout, 3, stride)
+        h = self.conv_bn(h, cout, cout, 3, 1, relu=False)
+        short = x if stride == 1 and cin == cout else \
+            self.conv_bn(x, cin, cout, 1, stride, relu=False)
+        return self.add_relu(h, short)
+
+    def bottleneck(self, x, cin, width, stride):
+        h = self.conv_bn(x, cin, width, 1)
+        h = self.conv_bn(h, width, width, 3, stride)
+        h = self.conv_bn(h, width, width * 4, 1, relu=False)
+        short = x if stride == 1 and cin == width * 4 else \
+            self.conv_bn(x, cin, width * 4, 1, stride, relu=False)
+        return self.add_relu(h, short)
+
+
+def resnet18_stack(hw=56, opset=17):
+    """ResNet-18's layer1 and layer2 (four basic blocks, the second stage downsampling) on a
+    1x64x56x56 input."""
+    b = _Builder()
+    h = b.basic("x", 64, 64, 1)
+    h = b.basic(h, 64, 64, 1)
+    h = b.basic(h, 64, 128, 2)
+    h = b.basic(h, 128, 128, 1)
+    b.nodes.append(helper.make_node("Identity", [h], ["y"]))
+    return _model(b.nodes, [("x", [1, 64, hw, hw])], ["y"], b.inits, opset)
+
+
+def resnet50(opset=17):
+    """ResNet-50 v1.5 (stride in the 3x3 conv) at 1x3x224x224, random weights."""
+    b = _Builder()
+    h = b.conv_bn("x", 3, 64, 7, 2)
+    b.nodes.append(helper.make_node("MaxPool", [h], ["pool"], kernel_shape=[3, 3],
+                                    strides=[2, 2], pads=[1, 1, 1, 1]))
+    h, cin = "pool", 64
+    for width, blocks, stride in ((64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2)):
+        for k in range(blocks):
+            h = b.bottleneck(h, cin, width, stride if k == 0 else 1)
+            cin = width * 4
+    b.inits += [_w("fc_w", 1000, 2048), _w("fc_b", 1000)]
+    b.nodes += [helper.make_node("GlobalAveragePool", [h], ["gap"]),
+                helper.make_node("Flatten", ["gap"], ["flat"]),
+                helper.make_node("Gemm", ["flat", "fc_w", "fc_b"], ["y"], transB=1)]
+    return _model(b.nodes, [("x", [1, 3, 224, 224])], ["y"], b.inits, opset)

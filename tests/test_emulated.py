@@ -1,0 +1,96 @@
+"""Generated C run for real on the machines it is built for: natively, under qemu-aarch64 /
+qemu-arm / qemu-riscv64 (static Linux programs), and on Cortex-M3 and M4F boards under
+qemu-system-arm (newlib-nano, semihosting files). Float ops match the reference within a
+tolerance, int8 ops bit for bit (the independent reference of quant_reference.py).
+
+Also issue 8's check of the host C backend on another ISA: the ``c`` kind's C (OpenMP, GNU
+vectors) built for ``c -march=armv8-a`` by aarch64-linux-gnu-gcc and run under qemu-aarch64.
+
+Each test skips, naming the tool, where a cross compiler or QEMU is missing. The float cases
+beyond a core five run under ``-m slow``.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tdsl
+from tdsl.emulate import EmulatedKernel, missing_tool, run_host_c
+
+from embedded_cases import (FLOAT_CASES, QUANT_CASES, TARGETS, float_inputs, quant_inputs,
+                            target_or_skip)
+
+CORE_FLOAT = ["matmul", "conv2d", "depthwise_conv2d", "softmax", "relu"]
+MORE_FLOAT = [n for n in FLOAT_CASES if n not in CORE_FLOAT]
+RTOL = ATOL = 2e-5
+
+
+def _run_float(spec, name):
+    target = target_or_skip(spec)
+    op, arrays, sizes, attrs = float_inputs(name)
+    kernel = op.build(target, shapes=sizes, **attrs)
+    assert isinstance(kernel, EmulatedKernel)
+    np.testing.assert_allclose(kernel(*arrays), op.reference(*arrays, **attrs),
+                               rtol=RTOL, atol=ATOL)
+
+
+@pytest.mark.parametrize("name", CORE_FLOAT)
+@pytest.mark.parametrize("spec", TARGETS)
+def test_float_ops_on_target(spec, name):
+    _run_float(spec, name)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", MORE_FLOAT)
+@pytest.mark.parametrize("spec", TARGETS)
+def test_more_float_ops_on_target(spec, name):
+    _run_float(spec, name)
+
+
+@pytest.mark.parametrize("name", sorted(QUANT_CASES))
+@pytest.mark.parametrize("spec", TARGETS)
+def test_int8_ops_on_target_are_bit_exact(spec, name):
+    target = target_or_skip(spec)
+    op, arrays, sizes, attrs, want = quant_inputs(name)
+    got = op.build(target, shapes=sizes, **attrs)(*arrays)
+    assert got.dtype == np.int8
+    np.testing.assert_array_equal(got, want)
+
+
+def test_cortex_m55_helium_vectors():
+    """MVE: the printer uses 128-bit vector types, the board (mps3-an547) runs them."""
+    target = target_or_skip("c-embedded -mcpu=cortex-m55")
+    op, arrays, sizes, attrs = float_inputs("matmul")
+    kernel = op.build(target, shapes=sizes, **attrs)
+    assert "tdsl_f32x4" in kernel.source
+    np.testing.assert_allclose(kernel(*arrays), op.reference(*arrays), rtol=RTOL, atol=ATOL)
+
+
+def test_wrong_input_is_a_call_error():
+    target = target_or_skip("c-embedded")
+    op, arrays, sizes, attrs = float_inputs("relu")
+    kernel = op.build(target, shapes=sizes)
+    with pytest.raises(tdsl.CallError, match="shape"):
+        kernel(arrays[0][:1])
+    with pytest.raises(tdsl.CallError, match="float32"):
+        kernel(arrays[0].astype(np.float64))
+
+
+# --------------------------------------------------------------------------- issue 8
+
+HOST_C_OPS = ["matmul", "conv2d", "softmax", "relu", "depthwise_conv2d"]
+
+
+@pytest.mark.parametrize("name", HOST_C_OPS)
+def test_host_c_for_armv8_runs_under_qemu_aarch64(name):
+    try:
+        target = tdsl.Target("c -march=armv8-a")
+    except tdsl.TdslError as exc:
+        pytest.skip(str(exc))
+    why = missing_tool(target)
+    if why:
+        pytest.skip(why)
+    op, arrays, sizes, attrs = float_inputs(name)
+    func = op.lower(None, sizes, target=target, **attrs)
+    (got,) = run_host_c(func, target, arrays)
+    np.testing.assert_allclose(got, op.reference(*arrays, **attrs), rtol=RTOL, atol=ATOL)

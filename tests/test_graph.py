@@ -1,0 +1,310 @@
+"""Graphs: checking, the reference, builds fused and unfused, the passes one by one.
+
+Numbers are compared with independent numpy code (the MLP), with the ops' references, and
+fused with unfused builds. Builds need gcc.
+"""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import tdsl
+from tdsl import cli
+from tdsl.api import stdlib
+from tdsl.graph_api import CompiledGraph
+from tdsl.lowering.graph import memory
+from tdsl.lowering.graph.patterns import Pattern, classify
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "models"
+needs_gcc = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
+TOL = dict(rtol=1e-4, atol=1e-4)
+
+
+def load(name: str) -> tdsl.Graph:
+    return tdsl.load(EXAMPLES / f"{name}.tdsl")[name]
+
+
+def rand(shape, seed=1):
+    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+# ---------------------------------------------------------------------------- checking
+
+def test_a_graph_block_loads_as_a_graph():
+    g = load("mlp")
+    assert isinstance(g, tdsl.Graph)
+    assert g.inputs == ["x"] and g.outputs == ["y"] and g.params == ["w1", "b1", "w2", "b2"]
+    assert [n.op for n in g.ir.nodes] == ["dense", "relu", "dense"]
+
+
+def test_graph_values_get_shapes_in_the_graphs_sizes():
+    g = tdsl.loads("""
+        import std
+        graph g(x: f32[B, 3, 16, 16]) -> y: f32[B, 8, 8, 8] {
+            param w: f32[8, 3, 3, 3]
+            c = conv2d(x, w; stride=2, padding=1)
+            y = relu(c)
+        }""")["g"]
+    assert [str(d) for d in g.ir.value("c").shape] == ["B", "8", "8", "8"]
+
+
+# ---------------------------------------------------------------------------- patterns
+
+@pytest.mark.parametrize("op, attrs, ranks, pattern", [
+    ("relu", {}, [4], Pattern.INJECTIVE), ("bias_add", {}, None, Pattern.INJECTIVE),
+    ("batch_norm", {}, None, Pattern.INJECTIVE), ("flatten", {}, None, Pattern.INJECTIVE),
+    ("conv2d", {}, None, Pattern.COMPLEX), ("depthwise_conv2d", {}, None, Pattern.COMPLEX),
+    ("dense", {}, None, Pattern.COMPLEX), ("matmul", {}, None, Pattern.COMPLEX),
+    ("max_pool2d", {"kernel": 2}, None, Pattern.REDUCTION),
+    ("global_avg_pool2d", {}, None, Pattern.REDUCTION), ("softmax", {}, None, Pattern.REDUCTION),
+    ("layer_norm", {}, None, Pattern.REDUCTION),
+])
+def test_patterns_are_read_off_the_expression(op, attrs, ranks, pattern):
+    o = stdlib()[op]
+    fn = o.function(ranks * len(o.param_names) if ranks else None, **attrs)
+    assert classify(fn) == pattern
+
+
+def test_a_sum_of_squares_is_a_reduction_and_a_gather_is_opaque():
+    mod = tdsl.loads("""
+        op sumsq(X: f32[N, K]) -> Y: f32[N] { Y[i] = sum[k](X[i, k] * X[i, k]) }
+        op gather(T: f32[V, D], I: i64[N]) -> Y: f32[N, D] { Y[n, d] = T[I[n], d] }""")
+    assert classify(mod["sumsq"].function()) == Pattern.REDUCTION
+    assert classify(mod["gather"].function()) == Pattern.OPAQUE
+
+
+# ---------------------------------------------------------------------------- reference
+
+def test_mlp_reference_matches_numpy():
+    g = load("mlp")
+    p = g.random_params(seed=3)
+    x = rand((5, 784))
+    want = np.maximum(x @ p["w1"].T + p["b1"], 0) @ p["w2"].T + p["b2"]
+    np.testing.assert_allclose(g.reference(x, params=p), want, rtol=1e-5, atol=1e-5)
+
+
+# ---------------------------------------------------------------------------- builds
+
+@needs_gcc
+@pytest.mark.parametrize("name, shape", [("mlp", (3, 784)), ("small_cnn", (2, 3, 32, 32)),
+                                         ("mobilenet_block", (1, 32, 28, 28))])
+def test_example_models_match_the_reference_fused_and_unfused(name, shape):
+    g = load(name)
+    p = g.random_params(seed=5)
+    x = rand(shape)
+    want = g.reference(x, params=p)
+    fused = g.build(params=p)(x)
+    unfused = g.build(params=p, fuse=False, fold=False)(x)
+    np.testing.assert_allclose(fused, want, **TOL)
+    np.testing.assert_allclose(unfused, want, **TOL)
+
+
+@needs_gcc
+def test_weights_from_an_npz_and_a_module_called_again(tmp_path):
+    g = load("mlp")
+    p = g.random_params()
+    np.savez(tmp_path / "w.npz", **p)
+    m = g.build(target="c", params=tmp_path / "w.npz")
+    x1, x2 = rand((2, 784), 1), rand((7, 784), 2)
+    np.testing.assert_allclose(m(x1), g.reference(x1, params=p), **TOL)
+    np.testing.assert_allclose(m(x2), g.reference(x2, params=p), **TOL)   # a new batch size
+    np.testing.assert_allclose(m(x1), g.reference(x1, params=p), **TOL)
+
+
+def test_fusion_groups_of_the_small_cnn():
+    g = load("small_cnn")
+    c = CompiledGraph(g, g.random_params(), {"B": 1}, True, True)
+    kernels = [tuple(c.ir.nodes[i].op for i in grp.nodes)
+               for grp in c.groups]
+    assert kernels == [("conv2d", "bias_add", "relu"), ("max_pool2d",),
+                       ("conv2d", "bias_add", "relu"),
+                       ("conv2d", "bias_add", "add", "relu"), ("global_avg_pool2d",),
+                       ("dense",)]
+    # the fused conv's output stage is the epilogue on the anchor's own stage, so the
+    # conv2d schedule applies to it unchanged
+    text = str(c.functions[0].fn)
+    assert "Y[n, f, y, x] = max(P[n, f // 16, y, x, f % 16] + n1_b[f], 0.0)" in text
+
+
+def test_injective_chains_fuse_and_reductions_take_them_as_inputs():
+    g = tdsl.loads("""
+        import std
+        graph g(x: f32[4, 32], z: f32[4, 32]) -> y: f32[4] {
+            a = add(x, z)
+            b = sigmoid(a)
+            c = relu(b)
+            y = reduce_sum(c)
+        }""")["g"]
+    c = CompiledGraph(g, {}, {}, True, True)
+    assert len(c.groups) == 1 and c.groups[0].pattern == Pattern.REDUCTION
+    assert c.functions[0].inputs == ("x", "z")
+
+
+def test_a_value_read_twice_is_not_fused_away():
+    g = tdsl.loads("""
+        import std
+        graph g(x: f32[2, 4, 8, 8]) -> y: f32[2, 4, 8, 8] {
+            param w: f32[4, 4, 3, 3]
+            c = conv2d(x, w; padding=1)
+            r = relu(c)
+            s = sigmoid(r)
+            y = add(r, s)
+        }""")["g"]
+    c = CompiledGraph(g, g.random_params(), {}, True, True)
+    produced = [f.outputs for f in c.functions]
+    assert ("r",) in produced        # r has two readers: it is a kernel's result
+
+
+# ---------------------------------------------------------------------------- folding
+
+def test_batch_norm_folds_into_the_conv_and_weight_only_ops_are_computed_once():
+    g = tdsl.loads("""
+        import std
+        graph g(x: f32[1, 4, 6, 6]) -> y: f32[1, 4, 6, 6] {
+            param w: f32[4, 4, 3, 3]
+            param b: f32[4]
+            param gamma: f32[4]
+            param beta: f32[4]
+            param mean: f32[4]
+            param var: f32[4]
+            param s: f32[4, 4, 3, 3]
+            w2 = mul(w, s)
+            c = conv2d(x, w2; padding=1)
+            cb = bias_add(c, b)
+            y = batch_norm(cb, gamma, beta, mean, var; eps=0.001)
+        }""")["g"]
+    p = g.random_params(seed=2)
+    c = CompiledGraph(g, p, {}, True, True)
+    assert [n.op for n in c.ir.nodes] == ["conv2d", "bias_add"]
+    assert set(c.weights) == {"y_w", "y_b"}       # w2 computed, then folded into y_w
+    assert any("w2 = mul" in n for n in c.notes) and any("batch_norm y" in n for n in c.notes)
+    x = rand((1, 4, 6, 6))
+    # the folded graph computes the same numbers (by the reference)
+    folded = tdsl.Graph(c.ir, g.module)
+    np.testing.assert_allclose(folded.reference(x, params=c.weights),
+                               g.reference(x, params=p), **TOL)
+
+
+# ---------------------------------------------------------------------------- weights
+
+def test_missing_extra_and_misshaped_weights_are_named(tmp_path):
+    g = load("mlp")
+    p = g.random_params()
+    with pytest.raises(tdsl.TdslError, match="weight 'b2' is missing"):
+        g.load_params({k: v for k, v in p.items() if k != "b2"})
+    with pytest.raises(tdsl.TdslError, match="no param 'w3'"):
+        g.load_params({**p, "w3": p["w1"]})
+    with pytest.raises(tdsl.TdslError, match="weight 'w1' has shape"):
+        g.load_params({**p, "w1": p["w1"][:, :10]})
+    with pytest.raises(tdsl.TdslError, match="weight 'b1' is float64"):
+        g.load_params({**p, "b1": p["b1"].astype(np.float64)})
+
+
+def test_a_pickled_npz_is_refused(tmp_path):
+    g = load("mlp")
+    p = g.random_params()
+    path = tmp_path / "evil.npz"
+    np.savez(path, **p, w3=np.array([object()], dtype=object))
+    with pytest.raises(tdsl.TdslError, match="can't read weights"):
+        g.load_params(path)
+
+
+def test_bad_inputs_are_call_errors():
+    g = load("mlp")
+    p = g.random_params()
+    with pytest.raises(tdsl.CallError, match="takes 1 input"):
+        g.reference(params=p)
+    with pytest.raises(tdsl.TdslError, match="input 'x' has shape"):
+        g.reference(rand((2, 783)), params=p)
+
+
+# ---------------------------------------------------------------------------- memory plan
+
+def _overlap(a, b) -> bool:
+    return a.offset < b.offset + b.size and b.offset < a.offset + a.size
+
+
+def test_memory_plan_shares_by_liveness():
+    steps = [((), ("a",)), (("a",), ("b",)), (("b",), ("c",)), (("c", "a"), ("d",))]
+    plan = memory.run(steps, {"a": 100, "b": 1000, "c": 1000, "d": 10}, external=("d",))
+    assert plan.naive_bytes == 128 + 1024 + 1024
+    assert plan.peak_bytes == 128 + 1024 + 1024 or plan.peak_bytes < plan.naive_bytes
+    a, b, c = (plan.slot(v) for v in "abc")
+    assert not _overlap(a, b) and not _overlap(b, c) and not _overlap(a, c)
+    assert plan.as_dict()["buffers"]["a"]["size"] == 100
+
+
+def test_memory_plan_reuses_a_dead_buffer():
+    steps = [((), ("a",)), (("a",), ("b",)), (("b",), ("c",))]
+    plan = memory.run(steps, {"a": 1000, "b": 1000, "c": 1000})
+    assert plan.slot("c").offset == plan.slot("a").offset
+    assert plan.peak_bytes == 2048 and plan.naive_bytes == 3072
+
+
+# ---------------------------------------------------------------------------- the command
+
+def test_tdsl_graph_prints_kernels_and_the_plan(capsys, tmp_path):
+    path = tmp_path / "plan.json"
+    assert cli.main(["graph", str(EXAMPLES / "small_cnn.tdsl"), "--shape", "B=1",
+                     "--plan-json", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "conv2d->c3 + bias_add->n3 + add->s3 + relu->r3" in out
+    assert "memory plan: peak" in out and "naive sum" in out
+    assert '"peak_bytes"' in path.read_text()
+    assert cli.main(["graph", str(EXAMPLES / "small_cnn.tdsl")]) == 1
+    assert "give the size B with --shape" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------- epilogues in C
+
+@needs_gcc
+def test_vectorized_min_max_propagate_nan_like_numpy():
+    """Fused relu/clip epilogues are vector min/max (a compare-and-blend helper) and scalar
+    ones branch-free: both keep numpy's NaN semantics."""
+    op = tdsl.loads("op clip6(X: f32[N], Y: f32[N]) -> Z: f32[N] "
+                    "{ Z[i] = min(max(X[i], Y[i]), 6.0) }")["clip6"]
+    sched = op.schedule("naive").split("Z", "i", 16, outer="o", inner="l") \
+        .vectorize("Z", "l")
+    k = op.build(schedule=sched, shapes={"N": 40})
+    rng = np.random.default_rng(0)
+    x, y = rng.standard_normal(40).astype(np.float32) * 8, rng.standard_normal(40).astype(np.float32)
+    x[[3, 20, 37]] = np.nan
+    y[[5, 20, 38]] = np.nan
+    assert "tdsl_max_f32x16" in k.source
+    np.testing.assert_array_equal(k(x, y), np.minimum(np.maximum(x, y), np.float32(6.0)))
+
+
+# ---------------------------------------------------------------------------- tuning
+
+class _FavourLast:
+    """A fake measurer: the later a configuration's index, the faster (no timing here)."""
+
+    def measure(self, task, indices):
+        from tdsl.tuner.measure import MeasureResult
+        return [MeasureResult(i, task.space.config(i), "ok", 1.0 / (1 + i)) for i in indices]
+
+    def close(self):
+        pass
+
+
+@needs_gcc
+def test_a_fused_kernel_is_tuned_as_one_task_and_the_log_applies(tmp_path):
+    from tdsl.tuner.fused_task import fused_tasks
+    from tdsl.tuner.tune import tune
+    g = load("small_cnn")
+    p = g.random_params()
+    x = rand((1, 3, 32, 32))
+    c = g.build(params=p).compiled(x)
+    tasks = fused_tasks(c)
+    conv = next(t for t in tasks if "conv2d+bias_add+add+relu" in t.workload.op)
+    assert len(conv.space) > 1 and conv.fn is c.functions[3].fn
+    log = tmp_path / "net.jsonl"
+    result = tune(conv, 3, log, "random", _FavourLast(), batch_size=3, compare_numpy=False)
+    tuned = g.build(params=p, tuning_log=log)
+    kernel = tuned.compiled(x)
+    assert kernel.schedules[3] == "conv2d's (tuned)" and kernel.schedules[0] == "conv2d's"
+    assert result.best_config is not None
+    np.testing.assert_allclose(tuned(x), g.reference(x, params=p), **TOL)

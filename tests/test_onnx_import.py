@@ -1,0 +1,160 @@
+"""ONNX import: models built with onnx's helper API (zoo-like: the zoo's files can't be
+downloaded here), converted, compiled, and compared with onnxruntime where it is installed
+and with the graph's reference otherwise. Needs the onnx package (tdsl[onnx])."""
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx", reason="needs the onnx package (pip install 'tdsl[onnx]')")
+from onnx import TensorProto, helper  # noqa: E402
+
+import tdsl  # noqa: E402
+from tdsl import cli  # noqa: E402
+from tdsl.onnx_import import convert_model  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import onnx_models  # noqa: E402
+
+needs_gcc = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
+
+
+def run_onnx(model, x):
+    """onnxruntime's output, or None when it is not installed."""
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        return None
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    sess = ort.InferenceSession(model.SerializeToString(), so,
+                                providers=["CPUExecutionProvider"])
+    return sess.run(None, {model.graph.input[0].name: x})[0]
+
+
+def input_for(model):
+    dims = [d.dim_value or 1 for d in model.graph.input[0].type.tensor_type.shape.dim]
+    return np.random.default_rng(1).standard_normal(dims).astype(np.float32)
+
+
+@needs_gcc
+@pytest.mark.parametrize("make", [
+    lambda: onnx_models.resnet_stack(opset=17),
+    lambda: onnx_models.resnet_stack(opset=9),
+    lambda: onnx_models.squeezenet_like(opset=7),
+    lambda: onnx_models.squeezenet_like(opset=9),
+    lambda: onnx_models.mobilenet_like(opset=17),
+], ids=["resnet-17", "resnet-9", "squeezenet-7", "squeezenet-9", "mobilenet-17"])
+def test_zoo_like_models_import_and_match(make):
+    model = make()
+    text, params = convert_model(model, "net")
+    g = tdsl.loads(text)["net"]
+    x = input_for(model)
+    ref = g.reference(x, params=params)
+    got = g.build(params=params)(x)
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-5)
+    want = run_onnx(model, x)
+    if want is not None:
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_weights_listed_as_inputs_are_weights_and_std_ops_are_used():
+    text, params = convert_model(onnx_models.squeezenet_like(opset=7), "net")
+    g = tdsl.loads(text)["net"]
+    assert g.inputs == ["x"]
+    assert {"c1_w", "c1_b", "fc_w"} <= set(params)
+    ops = [n.op for n in g.ir.nodes]
+    assert "conv2d" in ops and "bias_add" in ops and "matmul" in ops and "softmax" in ops
+    assert any(op.startswith("lrn") for op in ops)        # LRN, written for its shape
+    assert "Dropout" not in text and "dr" not in g.ir.outputs
+
+
+def test_resnet_blocks_become_fusable_std_ops():
+    text, _ = convert_model(onnx_models.resnet_stack(opset=17), "net")
+    ops = [n.op for n in tdsl.loads(text)["net"].ir.nodes]
+    assert ops.count("conv2d") == 5 and ops.count("batch_norm") == 5
+    assert "dense" in ops and "global_avg_pool2d" in ops
+
+
+def _single(op_type, inputs, attrs=None, opset=17, shape=(1, 4, 8, 8)):
+    node = helper.make_node(op_type, ["x", *inputs], ["y"], name="the_node", **(attrs or {}))
+    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                      list(shape))],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def test_an_unsupported_operator_is_named():
+    with pytest.raises(tdsl.TdslError, match=r"node the_node \(Einsum\): this operator is "
+                                             r"not supported"):
+        convert_model(_single("Einsum", [], {"equation": "ij->ji"}), "net")
+
+
+def test_an_unsupported_attribute_is_named():
+    with pytest.raises(tdsl.TdslError, match=r"node the_node \(MaxPool\): attribute "
+                                             r"'foo' is not supported"):
+        convert_model(_single("MaxPool", [], {"kernel_shape": [2, 2], "foo": 1}), "net")
+
+
+@needs_gcc
+@pytest.mark.parametrize("attrs", [
+    {"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1},
+    {"kernel_shape": [2, 3], "pads": [0, 1, 1, 0]},
+])
+def test_pools_the_std_ops_do_not_cover(attrs):
+    for op in ("MaxPool", "AveragePool"):
+        model = _single(op, [], attrs, shape=(1, 2, 7, 7))
+        text, params = convert_model(model, "net")
+        g = tdsl.loads(text)["net"]
+        x = input_for(model)
+        got = g.build(params=params)(x)
+        want = run_onnx(model, x)
+        if want is not None:
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_tdsl_import_writes_the_graph_and_its_weights(tmp_path, capsys):
+    path = tmp_path / "m.onnx"
+    onnx.save(onnx_models.mobilenet_like(), str(path))
+    out = tmp_path / "out" / "mobile.tdsl"
+    assert cli.main(["import", str(path), "-o", str(out)]) == 0
+    assert "graph mobile" in capsys.readouterr().out
+    g = tdsl.load(out)["mobile"]
+    weights = g.load_params(out.with_suffix(".npz"))
+    assert set(weights) == set(g.params)
+    assert cli.main(["import", str(tmp_path / "missing.onnx"), "-o", str(out)]) == 1
+    assert "can't read" in capsys.readouterr().err
+
+
+@needs_gcc
+def test_pad_and_grouped_conv_as_shufflenet_uses_them():
+    """Constant Pad (opset 11 inputs), a grouped conv (group 2: neither std conv) and a
+    channel shuffle (Reshape -> Transpose -> Reshape), against onnxruntime."""
+    from onnx import numpy_helper
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(np.array([0, 0, 1, 2, 0, 0, 2, 1], np.int64), "pads"),
+             numpy_helper.from_array(np.array(0.5, np.float32), "pv"),
+             numpy_helper.from_array(rng.standard_normal((4, 2, 3, 3)).astype(np.float32), "w"),
+             numpy_helper.from_array(np.array([1, 2, 2, 6, 6], np.int64), "s5"),
+             numpy_helper.from_array(np.array([1, 4, 6, 6], np.int64), "s4")]
+    nodes = [helper.make_node("Pad", ["x", "pads", "pv"], ["p"]),
+             helper.make_node("Conv", ["p", "w"], ["c"], group=2, strides=[1, 1]),
+             helper.make_node("Reshape", ["c", "s5"], ["r5"]),
+             helper.make_node("Transpose", ["r5"], ["t5"], perm=[0, 2, 1, 3, 4]),
+             helper.make_node("Reshape", ["t5", "s4"], ["y"])]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                     [1, 4, 5, 5])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    text, params = convert_model(model, "net")
+    net = tdsl.loads(text)["net"]
+    x = input_for(model)
+    got = net.build(params=params)(x)
+    np.testing.assert_allclose(got, net.reference(x, params=params), rtol=1e-5, atol=1e-5)
+    want = run_onnx(model, x)
+    if want is not None:
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)

@@ -1,0 +1,197 @@
+"""Targets: parsed from strings, resolved from the compiler's own ISA macros, read by schedule
+blocks, and every std op built for each x86 ISA level this host runs matches its reference."""
+import shutil
+
+import numpy as np
+import pytest
+
+import tdsl
+from tdsl.target import Target, TargetError, compiler_macros
+
+HOST = Target()
+# the ISA levels this host can run: v2 and v3 on any x86-64 machine of this decade, v4 with
+# AVX-512 (the host's own target is "c")
+X86_LEVELS = [f"c -march=x86-64-{v}" for v in ("v2", "v3", "v4")
+              if HOST.arch == "x86_64" and Target(f"c -march=x86-64-{v}").unrunnable_reason()
+              is None]
+
+
+def test_the_host_target_comes_from_the_compiler():
+    macros = compiler_macros("gcc", ("-march=native",))
+    expected = 16 if "__AVX512F__" in macros else 8 if "__AVX__" in macros else 4
+    if HOST.arch == "x86_64":
+        assert HOST.lanes == expected
+        assert HOST.registers == (32 if expected == 16 else 16)
+    assert HOST.unrunnable_reason() is None
+    assert str(HOST) == "c" and Target("c") is HOST and tdsl.as_target(None) is HOST
+
+
+@pytest.mark.skipif(HOST.arch != "x86_64", reason="x86 ISA levels need an x86-64 host")
+def test_isa_levels_set_lanes_and_registers():
+    v2, v3, v4 = (Target(f"c -march=x86-64-{v}") for v in ("v2", "v3", "v4"))
+    assert (v2.lanes, v2.registers) == (4, 16)
+    assert (v3.lanes, v3.registers) == (8, 16)
+    assert (v4.lanes, v4.registers) == (16, 32)
+    # the preferred vector width is the target's own, never a width it lacks
+    assert "-mprefer-vector-width=256" in v3.flags
+    assert not any("prefer-vector-width=512" in f for f in v3.flags + v2.flags)
+    assert str(v3) == "c -march=x86-64-v3"
+
+
+def test_options_override_and_are_checked():
+    t = Target("c -lanes=4 -registers=8")
+    assert (t.lanes, t.registers) == (4, 8)
+    for bad in ("", "llvm", "c march=x", "c -foo=1", "c -lanes=0", "c -lanes=x",
+                "c -march=x86-64-v3 -march=x86-64-v2", "c -march=no-such-cpu"):
+        with pytest.raises(TargetError):
+            Target(bad)
+
+
+def test_tdsl_target_prints_the_host(capsys):
+    from tdsl.cli import main
+    assert main(["target"]) == 0
+    out = capsys.readouterr().out
+    assert f"lanes      {HOST.lanes}" in out and "fp32 peak" in out
+    assert main(["target", "c -march=nope"]) == 1
+
+
+def test_the_measured_peak_is_a_positive_rate():
+    from tdsl.emit_c.peak import measure_peak_gflops
+    assert measure_peak_gflops(HOST, seconds=0.05) > 0.5
+
+
+def test_schedule_blocks_read_the_target():
+    mod = tdsl.loads("""
+op scale(X: f32[N]) -> Y: f32[N] { Y[i] = 2.0 * X[i] }
+schedule scale for cpu {
+    knob v in [lanes, 2 * lanes] = 2 * lanes
+    require v <= lanes * registers
+    io, ii = split(Y.i, v)
+    vectorize(ii)
+}
+""")
+    op = mod["scale"]
+    for spec in ["c", *X86_LEVELS]:
+        t = Target(spec)
+        sched = op.schedule(target=t)
+        knob = sched.knobs[0]
+        assert knob.choices == (t.lanes, 2 * t.lanes) and knob.default == 2 * t.lanes
+        x = np.arange(37, dtype=np.float32)
+        np.testing.assert_array_equal(op.build(t)(x), 2 * x)
+
+
+def test_an_unknown_name_in_a_schedule_names_the_target_constants():
+    mod = tdsl.loads("""
+op scale(X: f32[N]) -> Y: f32[N] { Y[i] = 2.0 * X[i] }
+schedule scale for cpu { o, i = split(Y.i, lane) }
+""")
+    with pytest.raises(tdsl.ScheduleError, match="lanes, registers"):
+        mod["scale"].schedule()
+
+
+def _std_arguments(name, rng):
+    """Awkward sizes for each std op (no tile, lane count or block divides them)."""
+    f = lambda *s: rng.standard_normal(s, dtype=np.float32)      # noqa: E731
+    return {
+        "matmul": ((f(13, 37), f(37, 19)), {}),
+        "batch_matmul": ((f(2, 7, 11), f(2, 11, 21)), {}),
+        "dense": ((f(5, 23), f(29, 23), f(29)), {}),
+        "conv2d": ((f(1, 5, 11, 9), f(19, 5, 3, 3)), {"padding": 1}),
+        "depthwise_conv2d": ((f(2, 6, 10, 13), f(6, 1, 3, 3)), {"padding": 1}),
+        "softmax": ((f(6, 37),), {}),
+        "layer_norm": ((f(6, 37), f(37), f(37)), {}),
+        "max_pool2d": ((f(1, 3, 11, 13),), {"kernel": 3, "stride": 2, "padding": 1}),
+        "avg_pool2d": ((f(1, 3, 11, 13),), {"kernel": 2}),
+        "relu": ((f(7, 19),), {}),
+    }[name]
+
+
+STD_OPS = ["matmul", "batch_matmul", "dense", "conv2d", "depthwise_conv2d", "softmax",
+           "layer_norm", "max_pool2d", "avg_pool2d", "relu"]
+
+
+@pytest.mark.parametrize("spec", ["c", *X86_LEVELS])
+@pytest.mark.parametrize("name", STD_OPS)
+def test_std_ops_match_the_reference_on_each_isa_level(name, spec):
+    op = tdsl.stdlib[name]
+    arrays, attrs = _std_arguments(name, np.random.default_rng(1))
+    kernel = op.build(spec, shapes=op.sizes_of(*arrays, **attrs), **attrs)
+    np.testing.assert_allclose(kernel(*arrays), op.reference(*arrays, **attrs),
+                               rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.skipif(shutil.which("aarch64-linux-gnu-gcc") is None,
+                    reason="aarch64-linux-gnu-gcc (gcc-aarch64-linux-gnu) is not installed")
+def test_a_cross_build_compiles_and_is_refused_when_called():
+    arm = Target("c -march=armv8-a")
+    assert (arm.arch, arm.lanes, arm.registers) == ("aarch64", 4, 32)
+    op = tdsl.stdlib["matmul"]
+    kernel = op.build(arm, shapes={"M": 8, "N": 8, "K": 8})
+    assert kernel.lib_path.exists() and "tdsl_f32x4" in kernel.source
+    with pytest.raises(tdsl.CallError, match="aarch64"):
+        kernel(np.ones((8, 8), np.float32), np.ones((8, 8), np.float32))
+
+
+def test_a_tuning_record_applies_to_its_target_only(tmp_path):
+    import json
+    from tdsl.tuner.log import Workload, make_record
+    op, shapes = tdsl.stdlib["matmul"], {"M": 64, "N": 64, "K": 64}
+    v3 = "c -march=x86-64-v3"
+    config = {"ti": 4, "tj": 2 * Target(v3).lanes, "order": "ji", "ku": 1, "fused": False}
+    record = make_record(Workload.make("std", "matmul", shapes, {}, str(Target(v3))), config,
+                         "ok", 1e-3, 1.0)
+    log = tmp_path / "tune.jsonl"
+    log.write_text(json.dumps(record) + "\n")
+    assert op.tuned_config(log, shapes, target=v3) == config
+    with pytest.warns(UserWarning, match="no successful record"):
+        assert op.tuned_config(log, shapes, target="c") is None
+
+
+def test_native_named_is_the_host():
+    assert Target("c -march=native") == HOST and str(Target("c -march=native")) == "c"
+
+
+def test_kernels_and_cache_entries_differ_by_target():
+    if not X86_LEVELS:
+        pytest.skip("needs an x86-64 host")
+    op = tdsl.stdlib["matmul"]
+    libs = {op.build(spec, shapes={"M": 16, "N": 16, "K": 16}).lib_path
+            for spec in ["c", *X86_LEVELS]}
+    assert len(libs) == len(X86_LEVELS) + 1
+
+
+# ------------------------------------------------------------------------------- rfactor
+
+RFACTOR = """
+op rowmax(X: f32[N, D]) -> Y: f32[N] { Y[n] = max[d](X[n, d]) }
+op rowmean(X: f32[N, D]) -> Y: f32[N] { Y[n] = sum[d](X[n, d]) / f32(D) }
+op total(X: f32[N, D]) -> Y: f32[N] { Y[n] = sum[d, e: 3](X[n, d] * f32(e)) }
+"""
+
+
+@pytest.mark.parametrize("name", ["rowmax", "rowmean", "total"])
+@pytest.mark.parametrize("d", [1, 3, 8, 17, 40])
+@pytest.mark.parametrize("factor", [1, 4, 8])
+def test_rfactor_matches_the_reference(name, d, factor):
+    op = tdsl.loads(RFACTOR)[name]
+    sched = op.schedule("naive").rfactor("Y", "d", factor, "P") \
+        .reorder("P", "n", "d_o", "d_i").vectorize("P", "d_i").compute_at("P", "Y", "n")
+    x = np.random.default_rng(d).standard_normal((5, d), dtype=np.float32)
+    got = op.build(schedule=sched)(x)
+    np.testing.assert_allclose(got, op.reference(x), rtol=1e-5, atol=1e-5)
+
+
+def test_rfactor_errors_name_the_statement():
+    mod = tdsl.loads(RFACTOR + """
+schedule rowmax for cpu as twice { P = rfactor(Y.d, 4)
+    Q = rfactor(Y.d, 4) }
+schedule rowmax for cpu as late { o, i = split(Y.n, 2)
+    P = rfactor(Y.d, 4) }
+schedule rowmax for cpu as nothing { P = rfactor(Y.e, 4) }
+""")
+    for name, message in [("twice", "no reduction over an axis named d"),
+                          ("late", "before the other directives"),
+                          ("nothing", "no reduction over an axis named e")]:
+        with pytest.raises(tdsl.ScheduleError, match=message) as info:
+            mod["rowmax"].lower(name)
+        assert info.value.span is not None
