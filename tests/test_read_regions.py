@@ -97,13 +97,20 @@ def test_sizes_fixed_at_build_time_are_checked_too(module):
     np.testing.assert_array_equal(kernel(f32(8), f32(8)), 2 * f32(8))
 
 
+LANE_SUMS = """
+op lane_sums(X: f32[N, D]) -> Ps: f32[N, 16] {
+    Ps[n, l] = sum[j: D // 16](X[n, j * 16 + l])
+}
+"""
+
+
 @needs_gcc
 @pytest.mark.parametrize("shapes", [None, {"N": 3, "D": 5}])
 def test_a_cache_region_read_by_empty_loops_is_empty_not_negative(shapes):
-    """softmax's Ps reads X[n, j * 16 + l] for j < D // 16: with the cache at Ps.l, its
-    region is D // 16 * 16 - 15 elements, negative for D < 16 (the call failed for want of
-    workspace, and gcc refused the fixed-size kernel)."""
-    op = tdsl.stdlib["softmax"]
+    """Ps reads X[n, j * 16 + l] for j < D // 16 (softmax's partial sums once): with the
+    cache at Ps.l, its region is D // 16 * 16 - 15 elements, negative for D < 16 (the call
+    failed for want of workspace, and gcc refused the fixed-size kernel)."""
+    op = tdsl.loads(LANE_SUMS)["lane_sums"]
     s = op.schedule("naive").cache_read("X", "local", ["Ps"]).compute_at("X.local", "Ps", "l")
     assert op.lower(schedule=s).attrs["unproven_accesses"] == 0
     for d in (5, 40) if shapes is None else (5,):
