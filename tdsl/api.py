@@ -29,6 +29,7 @@ from .lowering.loop_ir import LoweredFunc
 from .lowering.lower import lower
 from .lowering.reference import evaluate
 from .lowering.schedule import Schedule
+from .per_rank import PerRankKernel
 from .target import Target, as_target
 from .tuner.log import Workload, best_record, read_log, records_for
 
@@ -129,6 +130,11 @@ class Op:
         if target.kind not in BACKENDS:
             raise BuildError(f"target '{target}' has no backend yet",
                              hint=f"backends: {', '.join(BACKENDS)}")
+        if ranks is None and _pack_of(self) and not _pack_rank(self, shapes) and \
+                not isinstance(schedule, Schedule):
+            # rank-generic, no rank named: one kernel per argument ranks, on first call
+            return PerRankKernel(self.name, self.param_names, lambda r: self.build(
+                target, schedule, shapes, config, flags, r, tuning_log, **attrs))
         if tuning_log is not None and config is None:
             config = self.tuned_config(tuning_log, shapes, target, schedule, **attrs)
         func = self.lower(schedule, shapes, config, target, ranks, **attrs)
@@ -249,16 +255,27 @@ def _ranks(op: Op, ranks, shapes) -> list[int] | None:
     """Argument ranks for a rank-generic op: given, or implied by sizes ``S0, S1, ...``."""
     if ranks is not None:
         return [ranks] * len(op.ast.params) if isinstance(ranks, int) else list(ranks)
-    packs = [d.name for p in op.ast.params for d in p.type.dims or ()
-             if isinstance(d, ast.PackDim)]
-    if not packs:
+    pack = _pack_of(op)
+    if pack is None:
         return None
-    rank = sum(1 for k in shapes or () if k.startswith(packs[0]) and
-               k[len(packs[0]):].isdigit())
+    rank = _pack_rank(op, shapes)
     if rank:
         return ranks_for_pack(op.ast, rank)
-    raise CallError(f"op {op.name} is rank-generic (*{packs[0]}): say which rank to build, "
-                    f"e.g. ranks=2, or give its sizes, e.g. shapes={{'{packs[0]}0': 8}}")
+    raise CallError(f"op {op.name} is rank-generic (*{pack}): say which rank to build, "
+                    f"e.g. ranks=2, or give its sizes, e.g. shapes={{'{pack}0': 8}}")
+
+
+def _pack_of(op: Op) -> str | None:
+    """The name of a rank-generic op's pack (``S`` in ``X: f32[*S]``); None for others."""
+    return next((d.name for p in op.ast.params for d in p.type.dims or ()
+                 if isinstance(d, ast.PackDim)), None)
+
+
+def _pack_rank(op: Op, shapes) -> int:
+    """The rank that sizes ``S0, S1, ...`` in ``shapes`` imply (0: none given)."""
+    pack = _pack_of(op)
+    return sum(1 for k in shapes or () if pack and k.startswith(pack) and
+               k[len(pack):].isdigit())
 
 
 def load(path) -> Module:

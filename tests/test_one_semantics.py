@@ -124,3 +124,16 @@ def test_an_output_larger_than_memory_is_refused_before_allocation(monkeypatch):
         op.reference(x)
     with pytest.raises(CallError, match="more than this machine"):
         op.build()(x)
+
+
+@needs_gcc
+def test_a_rank_generic_op_builds_without_naming_the_rank():
+    """One kernel per argument ranks, built on first call and kept (as a jit does)."""
+    kernel = tdsl.stdlib["relu"].build(target="c")
+    rng = np.random.default_rng(0)
+    for shape in [(5,), (2, 3), (2, 3, 4), (4, 1)]:
+        x = rng.standard_normal(shape).astype(np.float32)
+        np.testing.assert_array_equal(kernel(x), np.maximum(x, 0))
+    assert sorted(kernel.kernels) == [(1,), (2,), (3,)]
+    with pytest.raises(CallError, match="takes 1 argument"):
+        kernel()
