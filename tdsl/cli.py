@@ -25,10 +25,14 @@ from .target import as_target
 
 
 def cmd_check(args) -> int:
+    from .frontend.block_checks import application_errors
     status = 0
     for path in args.files:
         try:
             mod = load(path)
+            found = application_errors(mod.program)   # every schedule block, applied
+            if found:
+                raise found[0] if len(found) == 1 else ErrorList(found)
         except ErrorList as e:
             print(e.render(), file=sys.stderr)
             print(f"{path}: {len(e.errors)} errors", file=sys.stderr)

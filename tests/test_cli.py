@@ -233,3 +233,21 @@ def test_run_and_test_take_subtracted_and_halved_sizes(capsys, halves):
     assert code == 0 and "max |tdsl - reference| = 0" in out, err
     code, out, err = main(capsys, "test", halves, "--examples", "3")
     assert code == 0 and "halves: ok" in out, err
+
+
+@pytest.mark.parametrize("block, message", [
+    ("schedule scale for CPU { vectorize(Y.i) }", "unknown target 'CPU'"),
+    ("schedule scale for cpu { vectorize(Y.i) }\nschedule scale for c { vectorize(Y.i) }",
+     "schedule 'default' for scale is defined twice"),
+    ("schedule scale for cpu as naive { vectorize(Y.i) }", "name of a built-in schedule"),
+    ("schedule scale for cpu as bad { io, ii = split(Y.q, 8) }", "Y has no axis q"),
+    ("schedule scale for cpu { knob t in [1, 3] = 1\n io, ii = split(Y.i, t)\n"
+     " if t > 1 { a, b = split(Y.zz, 2) } }", "Y has no axis zz"),
+])
+def test_check_reports_schedule_blocks_at_their_statement(capsys, tmp_path, block, message):
+    """Blocks were ignored (unknown target), shadowed (a second default, a user's naive) or
+    never applied by `tdsl check`; now each is an error, a knob's other values included."""
+    path = tmp_path / "blocks.tdsl"
+    path.write_text("op scale(X: f32[N]) -> Y: f32[N] { Y[i] = X[i] * 2.0 }\n" + block + "\n")
+    code, out, err = main(capsys, "check", path)
+    assert code == 1 and message in err and "blocks.tdsl:" in err, err
