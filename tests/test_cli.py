@@ -251,3 +251,27 @@ def test_check_reports_schedule_blocks_at_their_statement(capsys, tmp_path, bloc
     path.write_text("op scale(X: f32[N]) -> Y: f32[N] { Y[i] = X[i] * 2.0 }\n" + block + "\n")
     code, out, err = main(capsys, "check", path)
     assert code == 1 and message in err and "blocks.tdsl:" in err, err
+
+
+def test_test_prints_the_shrunk_counterexample(capsys, tmp_path, monkeypatch):
+    """A failure shows the sizes, the schedule's steps and the worst element (here from a
+    kernel made wrong on purpose in its last element)."""
+    import tdsl.testing as tt
+    real = tt.build_kernel
+
+    def wrong(func, **kw):
+        kernel = real(func, **kw)
+
+        def call(*arrays):
+            out = kernel(*arrays).copy()
+            out.reshape(-1)[-1] += 1
+            return out
+        return call
+    monkeypatch.setattr(tt, "build_kernel", wrong)
+    path = tmp_path / "s.tdsl"
+    path.write_text("op scale(X: f32[N]) -> Y: f32[N] { Y[i] = X[i] * 2.0 }\n"
+                    "schedule scale for cpu { knob t in [2, 4] = 4\n"
+                    "    io, ii = split(Y.i, t) }\n")
+    code, out, err = main(capsys, "test", path, "--examples", "5")
+    assert code == 1 and "scale: FAILED" in err
+    assert "sizes: N=1" in err and "schedule:" in err and "the worst, Y[0]" in err, err
