@@ -31,7 +31,7 @@ from .lowering.reference import evaluate
 from .lowering.schedule import Schedule
 from .per_rank import PerRankKernel
 from .target import Target, as_target
-from .tuner.log import Workload, best_record, read_log, records_for
+from .tuner.log import Workload, best_record, content_digest, read_log, records_for
 
 # target kind -> the function that builds a lowered function into a callable kernel
 BACKENDS = {"c": build_kernel, "c-embedded": build_emulated, "cuda": build_cuda,
@@ -60,6 +60,13 @@ class Op:
     @property
     def attr_names(self) -> list[str]:
         return [a.name for a in self.ast.attrs]
+
+    def content_digest(self) -> str:
+        """A digest of this op's source and its schedule blocks: what tuning logs key
+        records by (not the file's path)."""
+        blocks = [b for prog in {id(p): p for p in (self._def.program, self.module.program)}
+                  .values() for b in prog.schedules if b.op == self.name]
+        return content_digest(self.ast, blocks)
 
     def signature(self) -> str:
         """``name(A: f32[M, K], B: f32[K, N]; alpha: float = 1.0) -> C: f32[M, N]``"""
@@ -148,7 +155,7 @@ class Op:
         warning, when the log has none."""
         name = schedule if isinstance(schedule, str) else None
         workload = Workload.make(self.module.name, self.name, shapes or {}, attrs,
-                                 str(as_target(target)), name)
+                                 str(as_target(target)), name, self.content_digest())
         records = read_log(tuning_log)
         # a record made before a knob was renamed or dropped cannot configure this schedule
         knobs = set(self._resolve_schedule(schedule, target, None, shapes, attrs)

@@ -255,7 +255,7 @@ def cmd_tune(args) -> int:
         if not Path(path).is_file():
             raise TdslError(f"--transfer-log {path}: no such file")
     workload = Workload.make(args.file, op.name, shapes, parse_attrs(args.attr),
-                             str(as_target(args.target)), args.schedule)
+                             str(as_target(args.target)), args.schedule, op.content_digest())
     task = Task(workload)
     print(f"tuning {workload}: {task.space.describe()}", file=sys.stderr)
     history = history_from_logs(args.transfer_log, exclude=workload) \
