@@ -11,6 +11,7 @@ import shutil
 import sys
 import tempfile
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -42,8 +43,17 @@ def cmd_check(args) -> int:
             print(f"{path}: 1 error", file=sys.stderr)
             status = 1
         else:
-            print(f"{path}: ok ({len(mod.own_ops() or list(mod))} ops)")
+            print(f"{path}: ok ({_counted(mod)})")
     return status
+
+
+def _counted(mod) -> str:
+    """What a checked file defines: "3 ops", "2 graphs", "1 op, 1 graph" (the standard
+    library's ops for std; a file of graph blocks does not count the ops it imports)."""
+    ops = mod.own_ops() or (list(mod) if mod.name == "std" else [])
+    parts = [f"{n} {word}{'s' * (n != 1)}" for n, word in
+             ((len(ops), "op"), (len(mod.graphs()), "graph")) if n or word == "op"]
+    return ", ".join(parts)
 
 
 def cmd_ops(args) -> int:
@@ -432,7 +442,13 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _format_warning(message, category, filename, lineno, line=None) -> str:
+    """Warnings as one line for a user: not the Python source line that raised them."""
+    return f"warning: {message}\n"
+
+
 def main(argv: list[str] | None = None) -> int:
+    warnings.formatwarning = _format_warning
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "run", None):

@@ -275,3 +275,21 @@ def test_test_prints_the_shrunk_counterexample(capsys, tmp_path, monkeypatch):
     code, out, err = main(capsys, "test", path, "--examples", "5")
     assert code == 1 and "scale: FAILED" in err
     assert "sizes: N=1" in err and "schedule:" in err and "the worst, Y[0]" in err, err
+
+
+def test_wording_graph_files_attribute_hint_and_warnings(capsys, tmp_path):
+    graphs = tmp_path / "g.tdsl"
+    graphs.write_text("import std\ngraph g(x: f32[B, 4]) -> y: f32[B, 4] {\n"
+                      "    y = relu(x)\n}\n")
+    code, out, err = main(capsys, "check", graphs)
+    assert code == 0 and "ok (0 ops, 1 graph)" in out     # not the 39 ops it imports
+    attrs = tmp_path / "a.tdsl"
+    attrs.write_text("op f(X: f32[N], bias: float = 0.5) -> Y: f32[N] { Y[i] = X[i] }\n")
+    code, out, err = main(capsys, "check", attrs)
+    assert code == 1 and "attributes (with their defaults) go after `;`" in err
+    log = tmp_path / "empty.jsonl"
+    log.write_text("")
+    r = run("build", "std", "--op", "matmul", "--shape", "M=8,N=8,K=8", "-o",
+            tmp_path / "out", "--tuning-log", log)       # a process: pytest keeps warnings
+    assert r.returncode == 0 and "warning: " in r.stderr, r.stderr
+    assert "warnings.warn" not in r.stderr and ".py:" not in r.stderr, r.stderr

@@ -48,6 +48,12 @@ class TuneResult:
     def errors(self) -> int:
         return sum(n for s, n in self.statuses.items() if s != "ok")
 
+    @property
+    def unit(self) -> str:
+        """GFLOP/s for an op with a float output; GOP/s (integer operations) otherwise."""
+        floats = any(t.dtype in ("f16", "f32", "f64") for t in self.task.fn.outputs)
+        return "GFLOP/s" if floats else "GOP/s"
+
     def summary(self) -> str:
         w = self.task.workload
         lines = [f"tuned {w} with {self.tuner}: {self.trials} trials"
@@ -57,12 +63,12 @@ class TuneResult:
             lines.append("no configuration ran successfully")
         else:
             lines.append(f"best configuration: {self.best_config}  "
-                         f"{self.best_gflops:.1f} GFLOP/s")
+                         f"{self.best_gflops:.1f} {self.unit}")
         for name, g in (("default schedule", self.default_gflops),
                         ("numpy (reference)", self.numpy_gflops)):
             if g:
                 ratio = f"  (best is {self.best_gflops / g:.2f}x)" if self.best_gflops else ""
-                lines.append(f"{name}: {g:.1f} GFLOP/s{ratio}")
+                lines.append(f"{name}: {g:.1f} {self.unit}{ratio}")
         if self.statuses:
             lines.append("results: " + ", ".join(f"{n} {s}" for s, n in
                                                  sorted(self.statuses.items())))
@@ -196,8 +202,8 @@ class Progress:
         width = 24
         filled = int(width * min(n, self.total) / max(self.total, 1))
         bar = "#" * filled + "." * (width - filled)
-        line = (f"[{bar}] {n}/{self.total} trials  best {result.best_gflops:.1f} GFLOP/s  "
-                f"errors {result.errors}")
+        line = (f"[{bar}] {n}/{self.total} trials  best {result.best_gflops:.1f} "
+                f"{result.unit}  errors {result.errors}")
         self.stream.write(("\r" + line) if self.tty else line + "\n")
         self.stream.flush()
 
