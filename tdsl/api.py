@@ -22,7 +22,7 @@ from .frontend.program import OpDefinition, Program, load_program, program_from_
 from .frontend.schedules import block_serves, to_schedule
 from .frontend.to_te import ranks_for_pack
 from .graph_api import Graph, GraphModule
-from .lowering import te
+from .lowering import sizes, te
 from .lowering.default_schedule import default_schedule
 from .lowering.intrinsics import INTRINSICS
 from .lowering.loop_ir import LoweredFunc
@@ -101,6 +101,7 @@ class Op:
         default schedule; ``"auto"`` is always the automatic one, ``"naive"`` no schedule.
         """
         target = as_target(target)
+        shapes = _checked_shapes(shapes)
         fn = self.function(_ranks(self, ranks, shapes), **attrs)
         defs = self._schedule_defs(target)
         if name is None:
@@ -118,6 +119,7 @@ class Op:
               target: Target | str = "c", ranks=None, **attrs) -> LoweredFunc:
         """The loop nest (print it to read it)."""
         target = as_target(target)
+        shapes = _checked_shapes(shapes)
         sched = self._resolve_schedule(schedule, target, ranks, shapes, attrs)
         return lower(sched.fn, sched, config, shapes, target=target)
 
@@ -270,6 +272,11 @@ def _ranks(op: Op, ranks, shapes) -> list[int] | None:
         return ranks_for_pack(op.ast, rank)
     raise CallError(f"op {op.name} is rank-generic (*{pack}): say which rank to build, "
                     f"e.g. ranks=2, or give its sizes, e.g. shapes={{'{pack}0': 8}}")
+
+
+def _checked_shapes(shapes: dict | None) -> dict | None:
+    """Sizes fixed by name: non-negative ints, not "4", 4.7 or -1 (a CallError)."""
+    return None if shapes is None else sizes.check_given(shapes, "shapes")
 
 
 def _pack_of(op: Op) -> str | None:

@@ -137,3 +137,9 @@ def test_a_rank_generic_op_builds_without_naming_the_rank():
     assert sorted(kernel.kernels) == [(1,), (2,), (3,)]
     with pytest.raises(CallError, match="takes 1 argument"):
         kernel()
+
+
+@pytest.mark.parametrize("value", ["4", 4.7, -1, True, None])
+def test_sizes_given_by_name_are_checked(value):
+    with pytest.raises(CallError, match=r"shapes\['N'\] must be a non-negative integer"):
+        tdsl.loads(TWO_OPS)["double"].lower(shapes={"N": value})
