@@ -14,6 +14,7 @@ from __future__ import annotations
 import statistics
 import sys
 import time
+import warnings
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -146,16 +147,22 @@ def _resume(task: Task, log, search, result: TuneResult) -> dict[int, float | No
     if log is None:
         return done
     default = task.space.default_index()
+    stale = 0
     for rec in records_for(read_log(log), task.workload, machine_fingerprint()):
         try:
             index = task.space.index(rec["config"])
         except (ScheduleError, TypeError, AttributeError):
-            continue                 # written by another version of the template
+            stale += 1               # written by another version of the template
+            continue
         if index in done:
             continue
         gflops = rec.get("gflops") if rec.get("status") == "ok" else None
         done[index] = gflops
         _account(result, index, rec["config"], rec.get("status", "?"), gflops, default)
+    if stale:
+        warnings.warn(f"{log}: skipped {stale} record(s) of {task.workload} whose knobs are "
+                      f"not this schedule's ({', '.join(task.space.names) or 'none'}): "
+                      "a knob renamed or its choices changed since", stacklevel=3)
     result.resumed = len(done)
     search.update(list(done.items()))
     return done
