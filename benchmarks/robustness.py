@@ -59,9 +59,12 @@ def _mutant_child(text: str, name: str, conn) -> None:
     """In a child: check, then build, call and compare; send one word back."""
     try:
         try:
-            op = tdsl.loads(text)[name]
+            module = tdsl.loads(text)
         except TdslError:
             return conn.send("refused")
+        if name not in module:
+            return conn.send("refused")      # the mutation renamed the op
+        op = module[name]
         attrs = ATTRS.get(name, {})
         if any(a.default is None and a.name not in attrs for a in op.ast.attrs):
             return conn.send("refused")
