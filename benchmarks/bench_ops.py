@@ -40,13 +40,15 @@ op gelu_affine(X: f32[N]; a: float = 1.5, b: float = 0.25) -> Y: f32[N] {
     Y[i] = 0.5 * (X[i] * a + b) * (1.0 + erf((X[i] * a + b) * 0.7071067811865476))
 }
 op dense_relu(X: f32[N, K], W: f32[M, K], b: f32[M]) -> Y: f32[N, M] {
-    Wt: f32[K, M]
-    Wt[k, m] = W[m, k]
     P: f32[N, M]
-    P[n, m] = sum[k](X[n, k] * Wt[k, m])
+    P[n, m] = sum[k](X[n, k] * W[m, k])
     Y[n, m] = max(P[n, m] + b[m], 0.0)
 }
+# the textbook algorithm; W^T packed per block of output features by the schedule
 schedule dense_relu for cpu {
+    Wp = cache_read(W, global, P)
+    wo, wi = pack(Wp.ax0, 2 * lanes)
+    parallel(wo)
     io, jo, ii, ji = tile(Y.n, Y.m, registers * 3 // 8, 2 * lanes)
     compute_at(P, Y.jo)
     jv, jl = split(P.m, lanes)
@@ -59,7 +61,6 @@ schedule dense_relu for cpu {
     unroll(cv)
     vectorize(cl)
     parallel(io)
-    parallel(Wt.k)
 }
 """
 

@@ -174,7 +174,7 @@ def cmd_build(args) -> int:
     if args.op is not None and args.op not in mod:
         raise TdslError(f"no op '{args.op}' in {args.file} (ops: {', '.join(sorted(mod))})")
     names = [args.op] if args.op else mod.own_ops()
-    if not names:
+    if not names and args.graph is None:
         raise TdslError(f"{args.file} defines no op of its own; pick one with --op "
                         f"(ops: {', '.join(sorted(mod))})")
     out = Path(args.output)
@@ -183,6 +183,8 @@ def cmd_build(args) -> int:
     except OSError as e:
         raise TdslError(f"can't create the output directory {out}: {e.strerror}") from None
     shapes, attrs = parse_shapes(args.shape), parse_attrs(args.attr)
+    if args.graph is not None:
+        return _build_embedded_graph(mod, out, shapes, args)
     if as_target(args.target).kind == "c-embedded":
         return _build_embedded(mod, names, out, shapes, attrs, args)
     for name in names:
@@ -199,28 +201,50 @@ def cmd_build(args) -> int:
     return 0
 
 
+def _build_embedded_graph(mod, out: Path, shapes, args) -> int:
+    """``--graph NAME --params W.npz``: the graph as one embedded .c/.h pair."""
+    target = as_target(args.target)
+    if target.kind != "c-embedded":
+        raise TdslError(f"tdsl build --graph writes C for a c-embedded target, not '{target}'",
+                        hint="e.g. --target 'c-embedded -mcpu=cortex-m4'; `tdsl graph` shows "
+                             "a graph's kernels for the host")
+    names = mod.graphs()
+    if args.graph not in names:
+        raise TdslError(f"{args.file} has no graph '{args.graph}' (graphs: "
+                        f"{', '.join(names) or 'none'})")
+    if args.params is None:
+        raise TdslError(f"graph {args.graph} needs its weights: --params W.npz")
+    module = mod[args.graph].emit_embedded(target, args.params, shapes)
+    _write_embedded(module, out, target)
+    return 0
+
+
+def _write_embedded(module, out: Path, target) -> None:
+    from .emit_c.embedded_build import can_measure, code_size, compile_object
+    (out / f"{module.name}.c").write_text(module.source)
+    (out / f"{module.name}.h").write_text(module.header)
+    print(f"{module.name}: {out / (module.name + '.c')}, {out / (module.name + '.h')}")
+    print(f"  entry {module.entry}, arena {module.arena_bytes} bytes "
+          f"({module.macro}_ARENA_BYTES; {module.naive_bytes} without reuse)")
+    if can_measure(target):
+        with tempfile.TemporaryDirectory() as tmp:
+            size = code_size(compile_object(module, target, tmp), target)
+        isa = [f for f in target.flags if f.startswith(("-O", "-mcpu", "-march", "-mfloat"))]
+        print(f"  code ({target.compiler} {' '.join(isa)}): "
+              f"text {size.text}, data {size.data}, bss {size.bss} bytes")
+    else:
+        print(f"  code size: {target.compiler} or its binutils are not installed")
+
+
 def _build_embedded(mod, names, out: Path, shapes, attrs, args) -> int:
     """The .c/.h pair of each op; its arena, and its code size where the compiler is here."""
     from .emit_c.embedded import emit_embedded
-    from .emit_c.embedded_build import can_measure, code_size, compile_object
     target = as_target(args.target)
     for name in names:
         if name not in mod:
             raise TdslError(f"no op '{name}' in {args.file} (ops: {', '.join(sorted(mod))})")
         func = mod[name].lower(args.schedule, shapes, target=target, **attrs)
-        module = emit_embedded(func, target=target)
-        (out / f"{module.name}.c").write_text(module.source)
-        (out / f"{module.name}.h").write_text(module.header)
-        print(f"{name}: {out / (module.name + '.c')}, {out / (module.name + '.h')}")
-        print(f"  entry {module.entry}, arena {module.arena_bytes} bytes "
-              f"({module.macro}_ARENA_BYTES; {module.naive_bytes} without reuse)")
-        if can_measure(target):
-            with tempfile.TemporaryDirectory() as tmp:
-                size = code_size(compile_object(module, target, tmp), target)
-            print(f"  code ({target.compiler}, {' '.join(target.flags[1:3])}): "
-                  f"text {size.text}, data {size.data}, bss {size.bss} bytes")
-        else:
-            print(f"  code size: {target.compiler} or its binutils are not installed")
+        _write_embedded(emit_embedded(func, target=target), out, target)
     return 0
 
 
@@ -229,7 +253,8 @@ def cmd_run(args) -> int:
     op = _op_of(args)
     shapes, attrs = parse_shapes(args.shape) or {}, parse_attrs(args.attr)
     check_shape_names(op, shapes, attrs)
-    # specialised to the sizes given (the others are read off the inputs at each call)
+    # specialised to the sizes given (the others are read off the inputs at each call; an
+    # embedded build fixes every size, its arena is sized then, and runs emulated)
     kernel = op.build(args.target, args.schedule, shapes or None, **attrs)
     arrays = random_arguments(op, shapes, attrs, seed=0)
     outs = kernel(*arrays)
@@ -304,7 +329,8 @@ def _dask_measurer(dask_measurer, args):
 
 def cmd_graph(args) -> int:
     """The graph after the passes: kernels and the ops fused in each, layouts, memory plan."""
-    from .graph_api import CompiledGraph, Graph, bind_sizes
+    from .graph_api import CompiledGraph, Graph
+    from .graph_weights import bind_sizes
     mod = load(args.file)
     names = mod.graphs()
     if not names:
@@ -324,7 +350,8 @@ def cmd_graph(args) -> int:
     if missing:
         raise TdslError(f"graph {name}: give the size{'s' * (len(missing) > 1)} "
                         f"{', '.join(missing)} with --shape, e.g. --shape {missing[0]}=1")
-    compiled = CompiledGraph(graph, weights, sizes, not args.no_fuse, not args.no_fold)
+    compiled = CompiledGraph(graph, weights, sizes, not args.no_fuse, not args.no_fold,
+                             args.target)
     print(compiled.describe())
     if args.plan_json:
         import json
@@ -391,6 +418,9 @@ def build_parser() -> argparse.ArgumentParser:
     b = op_command("build", "write .c, .h and the shared library (c-embedded: the .c/.h "
                    "pair, its arena and code size)", cmd_build)
     b.add_argument("-o", "--output", required=True, metavar="DIR")
+    b.add_argument("--graph", metavar="NAME", help="build this graph of FILE (with --params, "
+                   "for a c-embedded target: one .c/.h pair, weights static const)")
+    b.add_argument("--params", metavar="W.npz", help="the graph's weights")
     b.add_argument("--tuning-log", metavar="PATH", help="apply the best configuration that "
                    "this `tdsl tune` log holds for the op at --shape on this machine")
     op_command("run", "build, run on random inputs, compare with the reference, time",
@@ -424,6 +454,8 @@ def build_parser() -> argparse.ArgumentParser:
     gr.add_argument("--no-fuse", action="store_true", help="one kernel per op")
     gr.add_argument("--no-fold", action="store_true", help="no constant folding")
     gr.add_argument("--plan-json", metavar="PATH", help="write the memory plan as JSON")
+    gr.add_argument("--target", default="c", help="the target whose schedules the fused "
+                    "kernels take (default: c, this machine)")
     gr.set_defaults(run=cmd_graph)
 
     im = sub.add_parser("import", help="convert an ONNX model to a .tdsl graph and an .npz "

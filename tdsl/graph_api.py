@@ -8,25 +8,26 @@ the first call with new shapes, and the kernels compiled for them then (cached a
 """
 from __future__ import annotations
 
+import dataclasses
 import warnings
-import zipfile
-from pathlib import Path
 
 import numpy as np
 
 from .emit_c.kernel import build_kernel
-from .errors import BuildError, CallError, ScheduleError, TdslError
+from .errors import BuildError, ScheduleError, TdslError
+from .frontend import ast
 from .frontend.program import std_program
 from .frontend.schedules import to_schedule
+from .graph_weights import bind_sizes, check_inputs, load_params, sizes_text
 from .lowering import te
 from .lowering.default_schedule import default_schedule
 from .lowering.dtypes import to_numpy
 from .lowering.graph import compose, fold, fuse, memory
 from .lowering.graph.ir import Graph as GraphIR, eval_size
-from .lowering.graph.patterns import classify
 from .lowering.intrinsics import INTRINSICS
 from .lowering.lower import lower
 from .lowering.reference import evaluate
+from .lowering.schedule import CacheWrite
 from .target import Target, as_target
 from .tuner.log import Workload, best_record, read_log
 
@@ -89,7 +90,7 @@ class Graph:
     def reference(self, *inputs, params=None):
         """Evaluate with each op's numpy reference: an array, or a tuple for several outputs."""
         weights = load_params(params, self.ir)
-        arrays = _check_inputs(self.ir, inputs)
+        arrays = check_inputs(self.ir, inputs)
         sizes = bind_sizes(self.ir, {**weights, **arrays})
         env = {**weights, **arrays}
         for node in self.ir.nodes:
@@ -108,11 +109,70 @@ class Graph:
         (from tuning the fused kernels, `tdsl.tuner.fused_task`) gives each kernel the best
         configuration it records on this machine (the schedule's defaults otherwise)."""
         target = as_target(target)
+        if target.kind == "c-embedded":
+            return EmulatedGraph(self.emit_embedded(target, params, shapes, fuse, fold),
+                                 target, flags)
         if target.kind != "c":
             raise BuildError(f"graphs build for the host C target only, not '{target}'")
         weights = load_params(params, self.ir)
         return GraphModule(self, weights, target, fuse, fold, dict(shapes or {}), flags,
                            tuning_log)
+
+
+    def emit_embedded(self, target: Target | str = "c-embedded", params=None,
+                      shapes: dict | None = None, fuse: bool = True, fold: bool = True):
+        """The graph as one embedded ``.c``/``.h`` pair (`tdsl.emit_c.embedded_graph`):
+        ``int <graph>_run(inputs..., outputs..., void *arena)``, the weights static const,
+        every intermediate and kernel workspace in one planned arena. Every size must be
+        known from the weights and ``shapes`` (a batch ``B``)."""
+        from .emit_c.embedded_graph import Step, emit_embedded_graph
+        target = as_target(target)
+        weights = load_params(params, self.ir)
+        sizes = bind_sizes(self.ir, weights, shapes)
+        compiled = CompiledGraph(self, weights, sizes, fuse, fold)
+        steps = []
+        for f in compiled.functions:
+            sched, _ = _schedule_for(f, self.module, target)
+            try:
+                func = lower(f.fn, sched, None, target=target)
+            except ScheduleError as e:
+                warnings.warn(f"{f.fn.name}: {e.message}; using the automatic schedule",
+                              stacklevel=2)
+                func = lower(f.fn, default_schedule(f.fn, None, target), target=target)
+            steps.append(Step(func, tuple(f.inputs), tuple(f.outputs)))
+        return emit_embedded_graph(self.name, steps, list(compiled.ir.inputs),
+                                   list(compiled.ir.outputs), compiled.weights, target)
+
+
+class EmulatedGraph:
+    """A graph built for ``c-embedded``, called on numpy arrays by running it natively or
+    under QEMU (tdsl.emulate): ``y = graph.build("c-embedded -mcpu=cortex-m4", params=w)(x)``.
+    ``module`` is the `EmbeddedModule` (source, header, arena_bytes)."""
+
+    def __init__(self, module, target, flags=None):
+        from .emulate import Bench, args_of, harness_source
+        self.module = module
+        self.target = as_target(target)
+        self._bench = Bench(self.target)
+        self._bench.build({f"{module.name}.c": module.source, f"{module.name}.h": module.header,
+                           "main.c": harness_source(f"{module.name}.h", module.entry,
+                                                    args_of(module.params, module.num_inputs),
+                                                    module.arena_bytes)}, tuple(flags or ()))
+
+    def __call__(self, *inputs):
+        from .emulate import shape_of
+        ins = self.module.params[:self.module.num_inputs]
+        if len(inputs) != len(ins):
+            raise CallError(f"graph {self.module.name} takes {len(ins)} input(s), got "
+                            f"{len(inputs)}")
+        for b, a in zip(ins, inputs):
+            if not isinstance(a, np.ndarray) or a.dtype != to_numpy(b.dtype) or \
+                    a.shape != shape_of(b):
+                raise CallError(f"input '{b.name}' must be a {to_numpy(b.dtype)} array of "
+                                f"shape {shape_of(b)} (the sizes this build fixed)")
+        outs = self._bench.run(list(inputs), [(shape_of(b), to_numpy(b.dtype)) for b in
+                                              self.module.params[self.module.num_inputs:]])
+        return outs[0] if len(outs) == 1 else tuple(outs)
 
 
 class CompiledGraph:
@@ -121,15 +181,18 @@ class CompiledGraph:
     (what folding did). ``kernels`` are filled in when built."""
 
     def __init__(self, graph: Graph, weights: dict, sizes: dict[str, int], fuse_ops: bool,
-                 fold_consts: bool):
+                 fold_consts: bool, target: Target | str = "c"):
         ir, notes = graph.ir, ()
         self.module = graph.module
+        self.target = target = as_target(target)
         if fold_consts:
             ir, weights, notes = fold.run(ir, weights, _std_op, sizes)
         self.ir, self.weights, self.notes, self.sizes = ir, weights, notes, dict(sizes)
         self.groups = fuse.run(ir, fuse_ops)
-        self.functions = [compose.run(ir, g, sizes, f"{ir.name}_k{k}_{ir.nodes[g.anchor].op}")
-                          for k, g in enumerate(self.groups)]
+        self.functions = [
+            compose.run(ir, g, sizes, _kernel_name(ir, g),
+                        _caches(self.module, ir.nodes[g.anchor], target))
+            for g in self.groups]
         steps = [(f.inputs, f.outputs) for f in self.functions]
         nbytes = {v: _nbytes(ir, v, sizes) for f in self.functions for v in f.outputs}
         self.plan = memory.run(steps, nbytes, external=ir.outputs)
@@ -158,7 +221,7 @@ class CompiledGraph:
 
     def describe(self) -> str:
         """The graph after the passes: kernels and their ops, layouts, the memory plan."""
-        lines = [f"graph {self.ir.name} at {_sizes_text(self.sizes)}"]
+        lines = [f"graph {self.ir.name} at {sizes_text(self.sizes)}"]
         lines += [f"  folded: {n}" for n in self.notes]
         lines.append(f"kernels ({len(self.functions)} for {len(self.ir.nodes)} ops):")
         for k, (g, f) in enumerate(zip(self.groups, self.functions)):
@@ -184,7 +247,10 @@ class GraphModule:
     """A compiled graph: ``y = module(x)`` on numpy arrays (a tuple for several outputs).
 
     ``module.compiled(...)`` is the `CompiledGraph` for the sizes of some inputs (its
-    ``plan``, ``groups``, ``kernels``)."""
+    ``plan``, ``groups``, ``kernels``). The kernels are bound once per input shapes to
+    fixed buffers (the inputs are copied in, the outputs copied out), so a call checks and
+    marshals nothing per kernel; for the same reason one module is not to be called from
+    two threads at once."""
 
     def __init__(self, graph: Graph, weights, target, fuse_ops, fold_consts, shapes, flags,
                  tuning_log=None):
@@ -199,10 +265,10 @@ class GraphModule:
             self._prepare(known)
 
     def compiled(self, *inputs) -> CompiledGraph:
-        return self._for(_check_inputs(self.graph.ir, inputs))[0]
+        return self._for(check_inputs(self.graph.ir, inputs))[0]
 
     def __call__(self, *inputs):
-        arrays = _check_inputs(self.graph.ir, inputs)
+        arrays = check_inputs(self.graph.ir, inputs)
         compiled, staging, runs, outputs = self._for(arrays)
         for name, a in arrays.items():
             np.copyto(staging[name], a)
@@ -220,7 +286,8 @@ class GraphModule:
 
     def _prepare(self, sizes: dict[str, int], key=None):
         ir = self.graph.ir
-        compiled = CompiledGraph(self.graph, self._weights, sizes, self._fuse, self._fold)
+        compiled = CompiledGraph(self.graph, self._weights, sizes, self._fuse, self._fold,
+                                 self._target)
         compiled.build(self.graph.module, self._target, self._flags, self._tuning_log)
         arena = _aligned_empty(compiled.plan.peak_bytes)
         buffers = {}
@@ -253,6 +320,11 @@ def _std_op(name: str):
     return std_program().resolve_op(name)
 
 
+def _kernel_name(ir: GraphIR, group: fuse.Group) -> str:
+    """The ops, in order (``conv2d_bias_add_relu``): equal groups print equal C."""
+    return "_".join(ir.nodes[i].op for i in group.nodes)[:60]
+
+
 def fused_workload(module, graph: str, f: compose.FusedFunction, target: Target) -> Workload:
     """A fused kernel's identity in tuning logs: the graph's file, ``graph/op+op+...@out``,
     the anchor op's sizes and attributes, the target."""
@@ -261,112 +333,39 @@ def fused_workload(module, graph: str, f: compose.FusedFunction, target: Target)
                          str(target))
 
 
+def _default_block(module, op: str, target: Target):
+    return (module[op]._schedule_defs(target) if op in module else {}).get("default")
+
+
+def _caches(module, anchor, target: Target) -> tuple[str, ...]:
+    """The names the anchor's schedule gives its output's caches, outermost first (``P =
+    cache_write(Y, local)``, ``PL = cache_write(P, local)`` as top-level statements), for
+    `compose.run` to split the output stage the same way."""
+    block = _default_block(module, anchor.op, target)
+    names, stage = [], anchor.fn.outputs[0].name
+    for st in block.body if block is not None else ():
+        if isinstance(st, ast.SchedCall) and st.func == "cache_write" and st.targets and \
+                st.args and isinstance(st.args[0], ast.Name) and st.args[0].id == stage:
+            names.append(st.targets[0])
+            stage = st.targets[0]
+    return tuple(names)
+
+
 def _schedule_for(f: compose.FusedFunction, module, target: Target):
     """The anchor op's schedule for ``target`` (its ``default`` block), else the automatic
-    one; with a word on which."""
+    one; with a word on which. When fusion split the anchor's output as the schedule's
+    ``cache_write`` would have, that directive is dropped: its work is done."""
     op = f.anchor.op
-    defs = module[op]._schedule_defs(target) if op in module else {}
-    if "default" in defs:
-        return to_schedule(defs["default"], f.fn, INTRINSICS, dict(f.anchor_sizes),
-                           target), f"{op}'s"
-    return default_schedule(f.fn, None, target), "auto"
-
-
-def load_params(params, ir: GraphIR) -> dict[str, np.ndarray]:
-    """Weights from a ``.npz`` path (loaded with pickling refused: an array of Python
-    objects is an error, never code run) or a mapping; each checked against its
-    ``param``: none missing, none extra, dtypes exact, ranks and fixed sizes agreeing."""
-    if params is None:
-        params = {}
-    if isinstance(params, (str, Path)):
-        try:
-            with np.load(params, allow_pickle=False) as npz:
-                params = {k: npz[k] for k in npz.files}
-        except OSError as e:
-            raise TdslError(f"can't read weights {params}: {e}") from None
-        except ValueError as e:
-            raise TdslError(f"can't read weights {params}: {e}",
-                            hint="weights are numeric arrays; object arrays (pickles) are "
-                                 "refused") from None
-        except (zipfile.BadZipFile, EOFError) as e:
-            raise TdslError(f"can't read weights {params}: not an .npz file ({e})") from None
-    values = ir.value_map()
-    missing = [p for p in ir.params if p not in params]
-    if missing:
-        raise TdslError(f"graph {ir.name}: weight '{missing[0]}' is missing"
-                        + (f" (and {', '.join(missing[1:])})" if missing[1:] else ""),
-                        ir.span, hint=f"the weights given: {', '.join(params) or 'none'}")
-    extra = [k for k in params if k not in ir.params]
-    if extra:
-        raise TdslError(f"graph {ir.name} has no param '{extra[0]}'", ir.span,
-                        hint=f"its params: {', '.join(ir.params) or 'none'}")
-    out = {}
-    for name in ir.params:
-        a = params[name]
-        if not isinstance(a, np.ndarray):
-            raise TdslError(f"weight '{name}' must be a numpy array, got {type(a).__name__}")
-        _check_array(f"weight '{name}'", a, values[name])
-        out[name] = np.ascontiguousarray(a)
-    bind_sizes(ir, out, partial=True)        # sizes named by several weights agree
-    return out
-
-
-def _check_array(what: str, a: np.ndarray, v) -> None:
-    want = to_numpy(v.dtype)
-    if a.dtype != want:
-        raise TdslError(f"{what} is {a.dtype}, expected {want} ({v.dtype})",
-                        hint=f"convert it: a.astype(np.{want})")
-    if a.ndim != len(v.shape):
-        raise TdslError(f"{what} has shape {a.shape}, expected rank {len(v.shape)} "
-                        f"([{', '.join(map(str, v.shape))}])")
-
-
-def _check_inputs(ir: GraphIR, inputs) -> dict[str, np.ndarray]:
-    if len(inputs) != len(ir.inputs):
-        raise CallError(f"graph {ir.name} takes {len(ir.inputs)} input(s) "
-                        f"({', '.join(ir.inputs)}), got {len(inputs)}")
-    out = {}
-    for name, a in zip(ir.inputs, inputs):
-        if not isinstance(a, np.ndarray):
-            raise CallError(f"input '{name}' must be a numpy.ndarray, got {type(a).__name__}")
-        try:
-            _check_array(f"input '{name}'", a, ir.value(name))
-        except TdslError as e:
-            raise CallError(e.message, hint=e.hint) from None
-        out[name] = a
-    return out
-
-
-def bind_sizes(ir: GraphIR, arrays: dict, given: dict | None = None, partial=False
-               ) -> dict[str, int]:
-    """The graph's sizes from ``given`` and the arrays' shapes (plain size names bind,
-    every other dimension is checked); with ``partial``, sizes nothing tells are left out."""
-    sizes = {k: int(v) for k, v in (given or {}).items()}
-    values = ir.value_map()
-    for name, a in arrays.items():
-        for dim, n in zip(values[name].shape, a.shape):
-            if isinstance(dim, te.Var):
-                sizes.setdefault(dim.name, int(n))
-    env = {te.Var(k): v for k, v in sizes.items()}
-    for name, a in arrays.items():
-        v = values[name]
-        for d, (dim, n) in enumerate(zip(v.shape, a.shape)):
-            try:
-                expect = eval_size(dim, env)
-            except KeyError:
-                continue
-            if expect != n:
-                kind = "weight" if v.kind == "param" else "input"
-                raise TdslError(f"{kind} '{name}' has shape {a.shape}, but dimension {d} "
-                                f"must be {dim} = {expect}",
-                                hint=f"'{name}' is declared [{', '.join(map(str, v.shape))}]"
-                                     f" with {_sizes_text(sizes)}")
-    if not partial:
-        missing = [s for s in ir.sizes if s not in sizes]
-        if missing:
-            raise CallError(f"graph {ir.name}: size {missing[0]} is not known from the inputs "
-                            f"or weights; give it with shapes={{'{missing[0]}': ...}}")
-    return sizes
+    block = _default_block(module, op, target)
+    if block is None:
+        return default_schedule(f.fn, None, target), "auto"
+    sched = to_schedule(block, f.fn, INTRINSICS, dict(f.anchor_sizes), target)
+    if f.dropped:
+        made = set(zip((f.fn.outputs[0].name,) + f.dropped[:-1], f.dropped))
+        kept = [d for d in sched.directives
+                if not (isinstance(d, CacheWrite) and (d.stage, d.name) in made)]
+        sched = dataclasses.replace(sched, directives=tuple(kept))
+    return sched, f"{op}'s"
 
 
 def _nbytes(ir: GraphIR, v: str, sizes) -> int:
@@ -384,9 +383,3 @@ def _shape_text(ir, v, sizes) -> str:
     return "x".join(map(str, ir.shape_of(v, sizes)))
 
 
-def _sizes_text(sizes) -> str:
-    return ", ".join(f"{k}={v}" for k, v in sorted(sizes.items())) or "fixed sizes"
-
-
-def pattern_of(fn: te.Function) -> str:
-    return classify(fn).name.lower()

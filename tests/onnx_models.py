@@ -6,7 +6,6 @@ MobileNet block with Clip, a classifier head with Gemm, Softmax and Transpose.""
 from __future__ import annotations
 
 import numpy as np
-import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 RNG = np.random.default_rng(0)

@@ -57,6 +57,13 @@ def test_int8_ops_on_target_are_bit_exact(spec, name):
     np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(QUANT_CASES))
+def test_int8_ops_on_a_cortex_m0(name):
+    """ARMv6-M, no FPU, 16 KB of RAM (micro:bit): the smallest board QEMU emulates."""
+    test_int8_ops_on_target_are_bit_exact("c-embedded -mcpu=cortex-m0", name)
+
+
 def test_cortex_m55_helium_vectors():
     """MVE: the printer uses 128-bit vector types, the board (mps3-an547) runs them."""
     target = target_or_skip("c-embedded -mcpu=cortex-m55")
@@ -94,3 +101,39 @@ def test_host_c_for_armv8_runs_under_qemu_aarch64(name):
     func = op.lower(None, sizes, target=target, **attrs)
     (got,) = run_host_c(func, target, arrays)
     np.testing.assert_allclose(got, op.reference(*arrays, **attrs), rtol=RTOL, atol=ATOL)
+
+
+# --------------------------------------------------------------------------- requantize
+
+RQ_SCALES = (0.3, 1e-6, 0.9999999, 3.7, 2.0 ** -31, 0.5)
+RQ_OP = "op rq(X: i32[N]) -> ({outs}) {{\n{body}\n}}".format(
+    outs=", ".join(f"Y{k}: i32[N]" for k in range(len(RQ_SCALES))),
+    body="\n".join(f"    Y{k}[i] = requantize(X[i], {s!r})" for k, s in enumerate(RQ_SCALES)))
+
+
+@pytest.mark.parametrize("spec", TARGETS)
+def test_requantize_is_bit_exact_on_target(spec):
+    """The C helper's 64-bit multiply, arithmetic shifts and wrapping left shift agree with
+    the exact reference on every architecture, at the int32 extremes too."""
+    import quant_reference as qref
+    target = target_or_skip(spec)
+    rng = np.random.default_rng(3)
+    x = np.concatenate([rng.integers(-2 ** 31, 2 ** 31, 400),
+                        rng.integers(-3000, 3000, 200),
+                        [-2 ** 31, 2 ** 31 - 1, -1, 0, 1, -2 ** 30, 2 ** 30]]).astype(np.int32)
+    op = tdsl.loads(RQ_OP)["rq"]
+    outs = op.build(target, shapes={"N": x.size})(x)
+    for scale, got in zip(RQ_SCALES, outs):
+        m, s = qref.quantize_multiplier(scale)
+        want = [qref._wrap32(qref.scale_one(int(v), m, s)) for v in x]
+        assert got.tolist() == want, scale
+
+
+def test_tdsl_test_property_tests_an_embedded_target(capsys):
+    """``tdsl test --target c-embedded``: drawn shapes, values and schedules, each built with
+    its sizes fixed and run as a program."""
+    from tdsl import cli
+    target_or_skip("c-embedded")
+    assert cli.main(["test", "std", "--op", "qadd", "--target", "c-embedded",
+                     "--examples", "2"]) == 0
+    assert "qadd: ok (2 examples)" in capsys.readouterr().out

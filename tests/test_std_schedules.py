@@ -132,13 +132,18 @@ def test_depthwise_knobs(ty):
 
 
 def test_conv2d_schedule_keeps_a_register_tile():
-    """The default tile (2 blocks of 16 filters x 7 columns) is 14 named vector
-    accumulators, and the packed weights are read as whole vectors."""
+    """The default tile (registers / 16 blocks of `lanes` filters x 7 columns: 14 on
+    AVX-512, 7 on AVX2) is that many named vector accumulators, and the packed weights are
+    read as whole vectors (tests/test_layout.py checks each target)."""
+    from tdsl.target import Target
+    t = Target("c")
     op = tdsl.stdlib["conv2d"]
     x, wt = _conv_arrays(False, c=8, f=32, h=14, w=14)
     source = op.build(shapes=op.sizes_of(x, wt, padding=1), padding=1).source
-    assert "tdsl_f32x16 PL_0" in source and "PL_13" in source and "PL_14" not in source
-    assert "tdsl_load_f32x16(&Wp[" in source
+    tile = t.registers // 16 * 7
+    assert f"tdsl_f32x{t.lanes} PL_0" in source and f"PL_{tile - 1}" in source
+    assert f"PL_{tile}," not in source and f"PL_{tile};" not in source
+    assert f"tdsl_load_f32x{t.lanes}(&Wp[" in source
 
 
 # ------------------------------------------------- row-local norms and the pools (hand schedules)

@@ -30,7 +30,7 @@ from ..lowering.dtypes import to_c
 from .arena import ALIGN, ArenaPlan, buffer_bytes, plan_arena
 from .c import MAX_UNROLL, GnuVectors
 from .helpers import element_size
-from .names import MATH_FUNCTIONS
+from .names import MATH_FUNCTIONS, identifier_chars
 from .printer import CFamilyPrinter, indent
 
 STACK_LIMIT = 256        # bytes: a local tile up to this size is a stack array
@@ -41,7 +41,7 @@ ERRORS = (("ERR_ARENA_NULL", 1, "arena is NULL"),
 
 @dataclass(frozen=True)
 class EmbeddedModule:
-    """The ``.c``/``.h`` pair of one function, and what its arena and calls are."""
+    """The ``.c``/``.h`` pair of one function (or graph), and what its arena and calls are."""
     name: str                  # the function's C name; the entry is ``{name}_run``
     entry: str
     macro: str                 # prefix of the header's macros: ``{macro}_ARENA_BYTES``
@@ -52,6 +52,7 @@ class EmbeddedModule:
     math_functions: tuple[str, ...]
     params: tuple[Buffer, ...]
     num_inputs: int
+    const_bytes: int = 0       # static const data (a graph's weights, in flash)
 
     @property
     def allowed_symbols(self) -> frozenset[str]:
@@ -64,7 +65,11 @@ class EmbeddedC(GnuVectors, CFamilyPrinter):
     language = "embedded C"
     stack_limit_bytes = STACK_LIMIT
 
-    def __init__(self, func: LoweredFunc, shapes: dict | None = None, target=None):
+    def __init__(self, func: LoweredFunc, shapes: dict | None = None, target=None,
+                 kernel_name: str | None = None):
+        """``kernel_name``: print a ``static`` function of that name, one step of a graph
+        whose entry checks the arena once (tdsl/emit_c/embedded_graph.py)."""
+        self.kernel_name = kernel_name
         super().__init__(func, shapes, target)
         free = [v.name for v in func.shape_vars if v not in self.fixed]
         if free:
@@ -72,7 +77,7 @@ class EmbeddedC(GnuVectors, CFamilyPrinter):
                              f"build time; {', '.join(free)} {'is' if len(free) == 1 else 'are'}"
                              " free", hint="give them: shapes={" +
                              ", ".join(f"'{n}': ..." for n in free) + "}")
-        self.entry = self.namer.fresh(f"{self.name}_run")
+        self.entry = self.namer.fresh(kernel_name or f"{self.name}_run")
         self.arena = self.namer.fresh("arena")
         self.arena_bytes = self.namer.fresh("tdsl_arena")
         self.macro = re.sub(r"\W", "_", self.name).upper()
@@ -83,6 +88,12 @@ class EmbeddedC(GnuVectors, CFamilyPrinter):
                     buffer_bytes(buf, self.func.name, self.fixed) <= self.stack_limit_bytes)
 
     # ------------------------------------------------------------ hooks
+    def entry_name(self) -> str:
+        """The op's own name (the files, the macros, and the entry ``<name>_run``): the
+        user's build links it, so it reads as theirs; the suffix keeps it off any library's
+        symbol."""
+        return identifier_chars(self.func.name)
+
     def vector_type(self, dtype: str) -> str | None:
         """GNU vectors no wider than the CPU's own (a schedule's 16-lane block is lane
         loops on a 4-lane NEON, for gcc to vectorize); none on a CPU without vectors."""
@@ -103,7 +114,11 @@ class EmbeddedC(GnuVectors, CFamilyPrinter):
             raise BuildError(f"the {self.language} backend has no shared memory for "
                              f"{buf.name}", hint="shared scope belongs to GPU schedules")
         if not self._in_arena(buf):
-            return super().declare_allocation(buf, name, count, body)
+            if not isinstance(count, te.Const):
+                return super().declare_allocation(buf, name, count, body)   # raises
+            # zeroed: a tile written under the same guards as it is read (a register tile's
+            # tail) is correct, but gcc -Os cannot prove it and warns maybe-uninitialized
+            return [f"{self.element_type(buf.dtype)} {name}[{count.value}] = {{0}};", *body]
         ctype = self.element_type(buf.dtype)
         offset = self.plan.offsets[id(buf)]
         return [f"{ctype} *{self.restrict} {name} = ({ctype} *)(void *)"
@@ -121,7 +136,8 @@ class EmbeddedC(GnuVectors, CFamilyPrinter):
             else:
                 params.append(f"{ctype} {name}")
         params.append(f"void *{self.arena}")
-        return f"int {self.entry}({', '.join(params)})"
+        static = "static " if self.kernel_name else ""
+        return f"{static}int {self.entry}({', '.join(params)})"
 
     def function(self) -> list[str]:
         body = self.stmt(self.func.body)
@@ -131,11 +147,12 @@ class EmbeddedC(GnuVectors, CFamilyPrinter):
             return re.search(rf"\b{re.escape(name)}\b", text) is not None
         head = []
         if self.plan.size:
-            head += [f"unsigned char *const {self.arena_bytes} = (unsigned char *)"
-                     f"{self.arena};",
-                     f"if ({self.arena} == NULL) return {self.macro}_ERR_ARENA_NULL;",
-                     f"if ((uintptr_t){self.arena} % {self.macro}_ARENA_ALIGN != 0) "
-                     f"return {self.macro}_ERR_ARENA_ALIGN;"]
+            head.append(f"unsigned char *const {self.arena_bytes} = (unsigned char *)"
+                        f"{self.arena};")
+            if not self.kernel_name:
+                head += [f"if ({self.arena} == NULL) return {self.macro}_ERR_ARENA_NULL;",
+                         f"if ((uintptr_t){self.arena} % {self.macro}_ARENA_ALIGN != 0) "
+                         f"return {self.macro}_ERR_ARENA_ALIGN;"]
         else:
             head.append(f"(void){self.arena};")
         for b in self.func.params:      # -Wextra: a parameter the body never reads
@@ -145,48 +162,63 @@ class EmbeddedC(GnuVectors, CFamilyPrinter):
                  if used(self.namer.lookup(v))]
         return [f"{self.prototype()} {{", *indent(head + body + ["return 0;"]), "}"]
 
-    def module(self) -> EmbeddedModule:
+    def pieces(self) -> tuple[list[str], list[str]]:
+        """(the function's lines, the helpers and micro-kernels it needs, keyed texts)."""
         function = self.function()     # printed first: it decides which helpers are needed
-        helpers = self.helpers.render()
         externs = [f"/* tensor intrinsic {name} */\n{source.strip()}" for name, source in
                    sorted(self.func.attrs.get("extern_sources", {}).items())]
-        code = "\n".join([*helpers, *externs, *function])
-        math = tuple(sorted(n for n in MATH_FUNCTIONS if re.search(rf"\b{n}\s*\(", code)))
-        includes = ["stddef.h", "stdint.h", "string.h"]
-        if math or re.search(r"\b(INFINITY|NAN)\b", code):
-            includes.append("math.h")
-        if re.search(r"\b(bool|true|false)\b", code):
-            includes.append("stdbool.h")
-        parts = [f"/* Generated by tdsl from {self.func.name} for {self.target}: "
-                 "strict C99, no allocation. */",
-                 *(f"#include <{h}>" for h in sorted(includes)),
-                 f'#include "{self.name}.h"', ""]
-        for piece in [*helpers, *externs]:
-            parts += [piece, ""]
-        parts += function
-        header = self.header(math, "stdbool.h" in includes)
-        return EmbeddedModule(self.name, self.entry, self.macro, "\n".join(parts) + "\n", header,
+        return function, externs
+
+    def module(self) -> EmbeddedModule:
+        function, externs = self.pieces()
+        source, math, uses_bool = translation_unit(
+            self.name, f"{self.func.name}", self.target, [*self.helpers.render(), *externs],
+            function)
+        doc = f"{self.entry}: inputs, then outputs, then"
+        header = header_text(self.macro, self.func.name, self.target, doc, self.plan.size,
+                             math, uses_bool, self.prototype())
+        return EmbeddedModule(self.name, self.entry, self.macro, source, header,
                               self.plan.size, self.plan.naive_bytes, math,
                               self.func.params, self.func.num_inputs)
 
-    def header(self, math: tuple[str, ...], uses_bool: bool) -> str:
-        guard = f"TDSL_{self.macro}_H"
-        m = self.macro
-        doc = [f"/* Generated by tdsl from {self.func.name} for {self.target}.",
-               f" * {self.entry}: inputs, then outputs, then an arena of {m}_ARENA_BYTES "
-               f"bytes aligned to {m}_ARENA_ALIGN",
-               " * (the caller's memory; every intermediate lives there). Returns 0, or an "
-               "error code below.",
-               f" * Functions of <math.h> it calls: {', '.join(math) if math else 'none'}. */"]
-        lines = [*doc, f"#ifndef {guard}", f"#define {guard}", "#include <stdint.h>"]
-        if uses_bool:
-            lines.append("#include <stdbool.h>")
-        lines += ["", f"#define {m}_ARENA_BYTES {self.plan.size}u",
-                  f"#define {m}_ARENA_ALIGN {ALIGN}u",
-                  f"#define {m}_OK 0"]
-        lines += [f"#define {m}_{code} {value}  /* {what} */" for code, value, what in ERRORS]
-        lines += ["", f"{self.prototype()};", "", f"#endif  /* {guard} */", ""]
-        return "\n".join(lines)
+
+def translation_unit(name: str, what: str, target, pieces: list[str], code: list[str]
+                     ) -> tuple[str, tuple[str, ...], bool]:
+    """The .c text around ``pieces`` (helpers, constants) and ``code`` (functions), with the
+    headers they need; the <math.h> functions called, and whether bool is used."""
+    text = "\n".join([*pieces, *code])
+    math = tuple(sorted(n for n in MATH_FUNCTIONS if re.search(rf"\b{n}\s*\(", text)))
+    includes = ["stddef.h", "stdint.h", "string.h"]
+    if math or re.search(r"\b(INFINITY|NAN)\b", text):
+        includes.append("math.h")
+    uses_bool = re.search(r"\b(bool|true|false)\b", text) is not None
+    if uses_bool:
+        includes.append("stdbool.h")
+    parts = [f"/* Generated by tdsl from {what} for {target}: strict C99, no allocation. */",
+             *(f"#include <{h}>" for h in sorted(includes)), f'#include "{name}.h"', ""]
+    for piece in pieces:
+        parts += [piece, ""]
+    parts += code
+    return "\n".join(parts) + "\n", math, uses_bool
+
+
+def header_text(macro: str, what: str, target, entry_doc: str, arena_bytes: int,
+                math: tuple[str, ...], uses_bool: bool, prototype: str) -> str:
+    guard = f"TDSL_{macro}_H"
+    m = macro
+    doc = [f"/* Generated by tdsl from {what} for {target}.",
+           f" * {entry_doc} an arena of {m}_ARENA_BYTES bytes aligned to {m}_ARENA_ALIGN",
+           " * (the caller's memory; every intermediate lives there). Returns 0, or an "
+           "error code below.",
+           f" * Functions of <math.h> it calls: {', '.join(math) if math else 'none'}. */"]
+    lines = [*doc, f"#ifndef {guard}", f"#define {guard}", "#include <stdint.h>"]
+    if uses_bool:
+        lines.append("#include <stdbool.h>")
+    lines += ["", f"#define {m}_ARENA_BYTES {arena_bytes}u", f"#define {m}_ARENA_ALIGN {ALIGN}u",
+              f"#define {m}_OK 0"]
+    lines += [f"#define {m}_{code} {value}  /* {what} */" for code, value, what in ERRORS]
+    lines += ["", f"{prototype};", "", f"#endif  /* {guard} */", ""]
+    return "\n".join(lines)
 
 
 def emit_embedded(func: LoweredFunc, shapes: dict | None = None, target=None

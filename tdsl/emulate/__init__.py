@@ -59,15 +59,17 @@ class Board:
     flash_len: str
     ram: int
     ram_len: str
+    stack: str = "64K"
 
 
 BOARDS = {
-    "cortex-m0": Board("microbit", None, 0x0, "256K", 0x20000000, "16K"),
+    "cortex-m0": Board("microbit", None, 0x0, "256K", 0x20000000, "16K", "4K"),
     "cortex-m3": Board("mps2-an385", "cortex-m3", 0x0, "4M", 0x20000000, "4M"),
     "cortex-m4": Board("mps2-an386", "cortex-m4", 0x0, "4M", 0x20000000, "4M"),
     "cortex-m7": Board("mps2-an500", "cortex-m7", 0x0, "4M", 0x20000000, "4M"),
     "cortex-m33": Board("mps2-an505", "cortex-m33", 0x10000000, "4M", 0x38000000, "4M"),
-    "cortex-m55": Board("mps3-an547", "cortex-m55", 0x10000000, "512K", 0x30000000, "512K"),
+    "cortex-m55": Board("mps3-an547", "cortex-m55", 0x10000000, "512K", 0x30000000, "512K",
+                        "16K"),
 }
 
 
@@ -160,11 +162,15 @@ def harness_source(header: str, entry: str, args: list[Arg], arena_bytes: int | 
     return "\n".join(lines + ["    return 0;", "}", ""])
 
 
-def args_of(func: LoweredFunc) -> list[Arg]:
+def args_of(params, num_inputs: int | None = None) -> list[Arg]:
+    """The harness's arguments for a function's buffers (a `LoweredFunc`, or its
+    parameters and how many are inputs)."""
+    if isinstance(params, LoweredFunc):
+        params, num_inputs = params.params, params.num_inputs
     out = []
-    for i, b in enumerate(func.params):
-        out.append(Arg(to_c(b.dtype), _count(b), i >= func.num_inputs,
-                       by_value=i < func.num_inputs and not b.shape))
+    for i, b in enumerate(params):
+        out.append(Arg(to_c(b.dtype), _count(b), i >= num_inputs,
+                       by_value=i < num_inputs and not b.shape))
     return out
 
 
@@ -286,9 +292,8 @@ def _linker_script(board: Board) -> str:
               f"{board.flash_len}\n  RAM   (rwx) : ORIGIN = {board.ram:#010x}, LENGTH = "
               f"{board.ram_len}\n}}")
     start, end = text.index("MEMORY"), text.index("}", text.index("MEMORY")) + 1
-    stack = "16K" if board.ram_len.endswith("K") else "64K"
     return (text[:start] + memory + text[end:]).replace("__stack_size = 64K;",
-                                                       f"__stack_size = {stack};")
+                                                       f"__stack_size = {board.stack};")
 
 
 # ------------------------------------------------------------------------ kernels

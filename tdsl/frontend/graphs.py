@@ -110,7 +110,6 @@ class _Checker:
     # ------------------------------------------------------------------ calls
 
     def _call(self, st: ast.CallStage):
-        call = st.call
         for t in st.targets:
             if t in self.values or t in self.broken:
                 self.broken.update(st.targets)

@@ -42,9 +42,10 @@ The directives, and the loop nest each makes (``i`` of extent ``E``):
 - ``Tensorize(C, a, intrin)``: the loops from ``a`` inward are replaced by a call of the
   intrinsic's micro-kernel; see `TensorIntrin`.
 - ``Pack(P, i, f)``: P's layout, not its loops: dimension ``i`` (extent ``E``) is stored
-  blocked, ``P[.., i, ..]`` at ``P'[.., i // f, .., i % f]`` with the new dimension ``i.i``
-  (extent ``f``) innermost and ``i.o`` (extent ``ceil(E/f)``) in ``i``'s place; P's data axes
-  become those dimensions and its readers read through the map. Positions past ``E`` are
+  blocked, ``P[a, i, b]`` at ``P'[i // f, a, b, i % f]``: ``i.o`` (extent ``ceil(E/f)``)
+  outermost, the new dimension ``i.i`` (extent ``f``) innermost, so each block is one
+  contiguous panel; P's data axes become those dimensions and its readers read through
+  the map. Positions past ``E`` are
   computed too (zeros for a stage without a reduction; input reads past the end are
   guarded) and never read. With `CacheRead` this packs an input (``W`` as ``[F/16, C, KH,
   KW, 16]``); with `CacheWrite` it gives a register tile the layout ``NCHW[16]c``.
@@ -344,7 +345,7 @@ class Tensorize:
 
 @dataclass(frozen=True)
 class Pack:
-    """Store dimension ``axis`` of ``stage`` blocked by ``factor``: ``axis.o`` in its place,
+    """Store dimension ``axis`` of ``stage`` blocked by ``factor``: ``axis.o`` outermost,
     ``axis.i`` (extent ``factor``) innermost."""
     stage: str
     axis: str

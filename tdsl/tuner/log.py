@@ -169,7 +169,8 @@ def read_log(path) -> list[dict]:
 
 
 def _is_config(config) -> bool:
-    """A knob configuration: knob names to values (numbers, strings, booleans)."""
+    """A knob configuration: knob names to numbers, strings or booleans (``knob rows in
+    [false, true]``, as conv2d's and matmul's templates have)."""
     return isinstance(config, dict) and all(
         isinstance(k, str) and isinstance(v, (int, float, str, bool)) for k, v in config.items())
 

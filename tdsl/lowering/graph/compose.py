@@ -9,8 +9,9 @@ constant. The group's members are composed by substitution:
   its own schedule applies to the fused function unchanged;
 - when injective ops follow a complex anchor (an epilogue), the anchor's output stage is
   inlined into them, and the last one's stage takes the name and axes of the anchor's
-  output: ``Y[n, f, y, x] = relu(P[n, f // 16, y, x, f % 16] + b[f])``, scheduled exactly
-  as the anchor's ``Y`` was.
+  output: ``Y[n, m] = relu(P[n, m] + b[m])`` for dense, scheduled exactly as the anchor's
+  ``Y`` was. An output stage that is the reduction itself (the textbook conv2d) is first
+  split into the accumulator its schedule's ``cache_write`` makes and a copy.
 """
 from __future__ import annotations
 
@@ -34,17 +35,30 @@ class FusedFunction:
     anchor: Node
     anchor_sizes: tuple[tuple[str, int], ...]
     ops: tuple[str, ...]
+    dropped: tuple[str, ...] = ()       # the caches made here, whose cache_write is dropped
 
 
-def run(graph: Graph, group: Group, graph_sizes: dict[str, int], name: str) -> FusedFunction:
+def run(graph: Graph, group: Group, graph_sizes: dict[str, int], name: str,
+        caches: tuple[str, ...] = ()) -> FusedFunction:
+    """``caches``: the names the anchor's schedule gives its output's caches (``P =
+    cache_write(Y, local)``, then ``PL = cache_write(P, local)``). When an epilogue follows
+    an output stage that is itself a reduction (textbook conv2d, matmul), the reduction
+    becomes the first cache and the output ``Y = epilogue(P[...])``: the stages the
+    schedule's ``cache_write`` would have made (the api layer drops that directive), so the
+    epilogue runs where the schedule copies its tile out. With a second cache and an
+    epilogue reading only per-channel values (a bias, relu), it moves one step in: ``PL``
+    sums, ``P = epilogue(PL[...])`` (the vectorized copy out of the register tile), ``Y``
+    copies P."""
+    accumulator = caches[0] if caches else None
     env = {te.Var(k): v for k, v in graph_sizes.items()}
     nodes = [graph.nodes[i] for i in group.nodes]
     apos, last = group.nodes.index(group.anchor), len(nodes) - 1
     anchor = nodes[apos]
-    taken = {t.name for t in anchor.fn.stages()}
+    taken = {t.name for t in anchor.fn.stages()} | {p.name for p in anchor.fn.inputs}
+    accumulator = _fresh(accumulator or f"{anchor.fn.outputs[0].name}_acc", taken)
     placeholders: dict[str, te.Tensor] = {}
     inline: dict[str, tuple] = {}            # value -> (axis vars, expression)
-    final, anchor_axes = [], None
+    final, anchor_axes, split = [], None, None
     for pos, node in enumerate(nodes):
         sub = {var: te.Const(eval_size(expr, env), var.dtype) for var, expr in node.binding}
         mapping: dict[int, object] = {}
@@ -54,7 +68,12 @@ def run(graph: Graph, group: Group, graph_sizes: dict[str, int], name: str) -> F
                 continue
             if v not in placeholders:
                 shape = tuple(te.Const(n, INDEX) for n in graph.shape_of(v, graph_sizes))
-                placeholders[v] = te.Tensor(_fresh(v, taken), shape, graph.value(v).dtype)
+                # the anchor's inputs keep its parameter names (its schedule may name them:
+                # cache_read(W, ...)); others are named by position. Not by the graph's
+                # values: two groups that compute alike (ResNet's repeated blocks) then
+                # print the same C, compiled once
+                pname = ph.name if pos == apos else _fresh(f"in{len(placeholders)}", taken)
+                placeholders[v] = te.Tensor(pname, shape, graph.value(v).dtype)
             mapping[id(ph)] = placeholders[v]
         post = _substituter(sub, mapping)
         out = node.fn.outputs[0]
@@ -65,7 +84,13 @@ def run(graph: Graph, group: Group, graph_sizes: dict[str, int], name: str) -> F
             body = te.rewrite(t.op.body, post)
             real = (pos == apos and (t is not out or pos == last)) or (
                 pos == last and id(t) in results)
-            if real:
+            if t is out and pos == apos and not real and isinstance(body, te.Reduce):
+                shape = tuple(_const(d, post) for d in t.shape)
+                acc = te.Tensor(accumulator, shape, t.dtype, te.Compute(axes, body))
+                vars_ = tuple(ax.var for ax in axes)
+                mapping[id(t)] = (vars_, te.Load(acc, vars_, t.dtype))
+                split = accumulator
+            elif real:
                 shape = tuple(_const(d, post) for d in t.shape)
                 mapping[id(t)] = te.Tensor(t.name, shape, t.dtype, te.Compute(axes, body))
             else:
@@ -79,10 +104,43 @@ def run(graph: Graph, group: Group, graph_sizes: dict[str, int], name: str) -> F
             final = [mapping[id(o)] for o in node.fn.outputs]
     if anchor_axes is not None:
         final = [_as_anchor_output(final[0], anchor.fn.outputs[0].name, anchor_axes[0])]
+        if split and len(caches) > 1 and _per_channel(final[0], split):
+            final = [_epilogue_inward(final[0], split, caches[1])]
+            split = caches[:2]
+        elif split:
+            split = caches[:1] if caches else ()
     fn = te.Function(name, tuple(placeholders.values()), tuple(final), (), anchor.fn.attrs)
     return FusedFunction(fn, tuple(placeholders), nodes[-1].outputs, anchor,
                          tuple(anchor.sizes(graph_sizes).items()),
-                         tuple(n.op for n in nodes))
+                         tuple(n.op for n in nodes), tuple(split or ()))
+
+
+def _per_channel(y: te.Tensor, acc: str) -> bool:
+    """Whether the epilogue in ``y`` reads, besides the accumulator at ``y``'s own indices,
+    only values indexed by the channel axis (a bias, a scale): what a vector along the
+    channels' lanes can load."""
+    channel = y.op.axes[1].var if len(y.op.axes) > 1 else None
+    for ld in te.loads(y.op.body):
+        if ld.tensor.name == acc:
+            continue
+        if any(v != channel for i in ld.indices for v in te.free_vars(i)):
+            return False
+    return True
+
+
+def _epilogue_inward(y: te.Tensor, acc: str, inner: str) -> te.Tensor:
+    """``Y = epi(P[..])`` with ``P = sum(..)`` -> ``Y = P[..]``, ``P = epi(PL[..])``,
+    ``PL = sum(..)``."""
+    old = next(ld.tensor for ld in te.loads(y.op.body) if ld.tensor.name == acc)
+    pl = te.Tensor(inner, old.shape, old.dtype, old.op)
+
+    def post(e):
+        if isinstance(e, te.Load) and e.tensor is old:
+            return te.Load(pl, e.indices, e.dtype)
+        return None
+    p = te.Tensor(acc, y.shape, y.dtype, te.Compute(y.op.axes, te.rewrite(y.op.body, post)))
+    axes = tuple(ax.var for ax in y.op.axes)
+    return te.Tensor(y.name, y.shape, y.dtype, te.Compute(y.op.axes, te.Load(p, axes, y.dtype)))
 
 
 def _substituter(sub: dict, mapping: dict):

@@ -6,8 +6,10 @@ output (so ``v`` never needs a buffer), and:
 
 - the node is injective and the group is all injective (injective chains fuse);
 - the node is injective, reads ``v`` elementwise (at its own indices, same shape), and
-  the group's anchor is complex-out-fusable with an injective output stage (conv2d +
-  bias_add + relu is one kernel: the epilogue is applied to each output as it is stored);
+  the group's anchor is complex-out-fusable (conv2d + bias_add + relu is one kernel: the
+  epilogue is applied to each output as it is stored); after an output stage that is a
+  reduction (the textbook conv2d) only per-channel epilogues join (a residual add does
+  not: see `_can_join`);
 - the node is a reduction and the group is all injective (a reduction takes fused
   injective inputs; it becomes the anchor).
 
@@ -20,7 +22,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .ir import Graph, Node
-from .patterns import Pattern, classify, output_is_injective, reads_elementwise
+from .patterns import (Pattern, classify, output_is_fusable, output_is_reduction,
+                       reads_elementwise, reads_per_channel)
 
 
 @dataclass(frozen=True)
@@ -79,7 +82,13 @@ def _can_join(group: Group, graph: Graph, node: Node, k: int, pat: Pattern, patt
     if group.pattern == Pattern.COMPLEX and pat == Pattern.INJECTIVE:
         anchor = graph.nodes[group.anchor]
         v = node.inputs[k]
-        return (output_is_injective(anchor.fn) and reads_elementwise(node.fn, k)
+        if output_is_reduction(anchor.fn) and not reads_per_channel(node.fn, k):
+            # after a reduction output (the textbook conv2d) the epilogue runs on the
+            # schedule's register tile of channels: a per-channel operand is a vector load
+            # there, a whole tensor (a residual) would be read lane by lane. Such an op
+            # starts an injective kernel of its own, which vectorizes.
+            return False
+        return (output_is_fusable(anchor.fn) and reads_elementwise(node.fn, k)
                 and graph.value(v).shape == graph.value(node.outputs[0]).shape
                 and node.inputs.count(v) == 1)
     return False

@@ -103,8 +103,11 @@ def eval_size(e: te.Expr, env: dict[te.Var, int]) -> int:
             return -eval_size(a, env)
         case te.Binary(op, a, b):
             x, y = eval_size(a, env), eval_size(b, env)
-            return {"+": x + y, "-": x - y, "*": x * y}.get(op) if op in "+-*" else (
-                x // y if op == "//" else x % y)
+            if op in ("+", "-", "*"):
+                return x + y if op == "+" else x - y if op == "-" else x * y
+            if y == 0:
+                raise ValueError(f"a division by zero in the size {e}")
+            return x // y if op == "//" else x % y
         case te.Intrinsic("min" | "max" as name, (a, b)):
             return (min if name == "min" else max)(eval_size(a, env), eval_size(b, env))
     raise ValueError(f"not a size expression: {e}")

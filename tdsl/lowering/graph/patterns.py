@@ -76,9 +76,34 @@ def reads_elementwise(fn: te.Function, k: int) -> bool:
     return bool(reads) and all(ld.indices == axes for ld in reads)
 
 
-def output_is_injective(fn: te.Function) -> bool:
-    """Whether the output stage itself has no reduction (conv2d's ``Y = P[...]``, dense's
-    ``Y = P + b``), so an epilogue can be composed into it."""
+def output_is_fusable(fn: te.Function) -> bool:
+    """Whether an epilogue can be composed into the output stage: it has no reduction
+    (dense's ``Y = P + b``), or it is one reduction at the top (the textbook conv2d's
+    ``Y = sum[c, r, s](...)``, split off as its own stage when fused)."""
     out = fn.outputs[0]
-    return not out.is_placeholder and not any(isinstance(e, te.Reduce)
-                                              for e in te.walk(out.op.body))
+    if out.is_placeholder:
+        return False
+    body = out.op.body
+    if isinstance(body, te.Reduce):
+        body = body.body
+    return not any(isinstance(e, te.Reduce) for e in te.walk(body))
+
+
+def reads_per_channel(fn: te.Function, k: int) -> bool:
+    """Whether every input but ``k`` is read at the channel index alone (``b[c]``): an
+    epilogue that a register tile of output channels can apply with vector loads."""
+    out = fn.outputs[0]
+    if out.is_placeholder or out.ndim < 2:
+        return False
+    channel = out.op.axes[1].var
+    for ld in te.loads(out.op.body):
+        if ld.tensor is fn.inputs[k]:
+            continue
+        if any(v != channel for i in ld.indices for v in te.free_vars(i)):
+            return False
+    return True
+
+
+def output_is_reduction(fn: te.Function) -> bool:
+    out = fn.outputs[0]
+    return not out.is_placeholder and isinstance(out.op.body, te.Reduce)

@@ -245,7 +245,7 @@ def _cache_read(g: StageGraph, d: S.CacheRead) -> None:
         _fail(owner, what, f"{d.tensor} is computed at {st.attach[1]}.{st.attach[2]}", d.span)
     shape = src.shape if src is not None else st.shape
     dtype = src.dtype if src is not None else st.dtype
-    names = [iv.var.name for iv in st.data] if st else _input_axes(g, d.tensor, readers, shape)
+    names = [iv.var.name for iv in st.data] if st else [f"ax{k}" for k in range(len(shape))]
     axes = tuple(te.IterVar(te.Var(n), s) for n, s in zip(names, shape))
     body = te.Load(src or te.Tensor(d.tensor, shape, dtype), tuple(a.var for a in axes), dtype)
     new = te.Tensor(d.name, shape, dtype, te.Compute(axes, body))
@@ -255,19 +255,6 @@ def _cache_read(g: StageGraph, d: S.CacheRead) -> None:
     cache.scope = d.scope
     g.stages[d.name] = cache
     g.order.insert(min(g.order.index(r) for r in readers), d.name)
-
-
-def _input_axes(g: StageGraph, tensor: str, readers, shape) -> list[str]:
-    """Axis names for a cache of an input: the index variables of the first reader's load when
-    they are distinct plain variables (``W[f, c, r, s]`` gives ``f, c, r, s``, so a schedule
-    can say ``pack(Wc.f, lanes)``), else ``ax0, ax1, ...``."""
-    for ld in te.loads(g.stages[readers[0]].value):
-        if ld.tensor.name == tensor:
-            names = [i.name for i in ld.indices if isinstance(i, te.Var)]
-            if len(names) == len(shape) and len(set(names)) == len(names):
-                return names
-            break
-    return [f"ax{k}" for k in range(len(shape))]
 
 
 def _cache_write(g: StageGraph, d: S.CacheWrite) -> None:

@@ -16,7 +16,9 @@ Index identities, per stage:
   region's extent (bound inference in `infer_region`);
 - a split that may not divide its extent runs its body under ``if parent < E`` placed just
   inside the innermost loop the condition uses; an attached stage's region may stick out of
-  the tensor, so it also gets ``0 <= x < shape`` guards (the simplifier drops proven ones).
+  the tensor, so it also gets ``0 <= x < shape`` guards (the simplifier drops proven ones),
+  except along a padded dimension (`Pad`): there the region is not clipped to the shape but
+  rounded up to the multiple, and the stage's formula computes the positions past the end.
 
 A reduction ``T[i] = sum[k](body)`` whose first reduction loop is at position ``p`` of the
 leaf order gets, inside the loops before ``p``: an init nest over the data loops after ``p``

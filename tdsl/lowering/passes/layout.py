@@ -4,13 +4,14 @@
 loop-nest construction computes and stores P over the region its readers read, not clipped
 to P's shape, rounded up to a multiple of ``m`` (see `build_nests.Builder.infer_region`).
 
-``pack(P.i, f)`` (TensorIR's ``transform_layout(P, lambda .., i, ..: (.., i // f, .., i %
-f))``, Halide's storage scheduling) gives P a blocked layout: the element ``P[.., i, ..]``
-is stored at ``P'[.., i // f, .., i % f]``. It is a change of P's *domain*, made before any
-loop is built: P's data axes become ``.., i.o, .., i.i`` (so its loop nest walks the new
-layout, the block innermost and contiguous), its expression reads ``i`` as
-``i.o * f + i.i``, and every reader's load ``P[.., e, ..]`` becomes ``P'[.., e // f, ..,
-e % f]`` (the range-aware simplifier folds those back to plain loop variables where the
+``pack(P.i, f)`` (TensorIR's ``transform_layout(P, lambda a, i, b: (i // f, a, b, i %
+f))``, Halide's storage scheduling) gives P a blocked layout: the element ``P[a, i, b]``
+is stored at ``P'[i // f, a, b, i % f]``, each block of ``f`` a contiguous panel (B of a
+matmul as [N/f, K, f], conv weights as [F/f, C, KH, KW, f]). It is a change of P's
+*domain*, made before any loop is built: P's data axes become ``i.o, a, b, i.i`` (so its
+loop nest walks the new layout, the block innermost and contiguous), its expression reads
+``i`` as ``i.o * f + i.i``, and every reader's load ``P[a, e, b]`` becomes ``P'[e // f, a,
+b, e % f]`` (the range-aware simplifier folds those back to plain loop variables where the
 reader's loops are split by a multiple of ``f``). The numbers are the same; only their
 addresses change, which is what lets a register tile or a packed weight be read as whole
 vectors at constant offsets.
@@ -78,9 +79,9 @@ def _repack(g: StageGraph, st: StageState, dim: int, f: int, outer: str, inner: 
         # its input reads past the end are guarded by the in-bounds proof)
         st.value = te.Select(te.Compare("<", whole, old.extent), st.value,
                              te.const(0, st.dtype), st.dtype)
-    st.data = (st.data[:dim] + [te.IterVar(o, ceil_div(old.extent, f))] + st.data[dim + 1:]
+    st.data = ([te.IterVar(o, ceil_div(old.extent, f))] + st.data[:dim] + st.data[dim + 1:]
                + [te.IterVar(i, te.Const(f, INDEX))])
-    st.shape = (*st.shape[:dim], ceil_div(st.shape[dim], f), *st.shape[dim + 1:],
+    st.shape = (ceil_div(st.shape[dim], f), *st.shape[:dim], *st.shape[dim + 1:],
                 te.Const(f, INDEX))
     st.leaves = [iv.var.name for iv in st.data + st.reduce]
     st.extents = {iv.var.name: iv.extent for iv in st.data + st.reduce}
@@ -91,7 +92,7 @@ def _repack(g: StageGraph, st: StageState, dim: int, f: int, outer: str, inner: 
     def reread(n):
         if isinstance(n, te.Load) and n.tensor.name == st.name:
             e = n.indices[dim]
-            idx = (*n.indices[:dim], simplify(te.Binary("//", e, c, INDEX)),
+            idx = (simplify(te.Binary("//", e, c, INDEX)), *n.indices[:dim],
                    *n.indices[dim + 1:], simplify(te.Binary("%", e, c, INDEX)))
             return te.Load(tensor, idx, n.dtype)
         return None
