@@ -22,15 +22,16 @@ from .frontend.program import OpDefinition, Program, load_program, program_from_
 from .frontend.schedules import block_serves, to_schedule
 from .frontend.to_te import ranks_for_pack
 from .graph_api import Graph, GraphModule
-from .lowering import te
+from .lowering import sizes, te
 from .lowering.default_schedule import default_schedule
 from .lowering.intrinsics import INTRINSICS
 from .lowering.loop_ir import LoweredFunc
 from .lowering.lower import lower
 from .lowering.reference import evaluate
 from .lowering.schedule import Schedule
+from .per_rank import PerRankKernel
 from .target import Target, as_target
-from .tuner.log import Workload, best_record, read_log, records_for
+from .tuner.log import Workload, best_record, content_digest, read_log, records_for
 
 # target kind -> the function that builds a lowered function into a callable kernel
 BACKENDS = {"c": build_kernel, "c-embedded": build_emulated, "cuda": build_cuda,
@@ -59,6 +60,13 @@ class Op:
     @property
     def attr_names(self) -> list[str]:
         return [a.name for a in self.ast.attrs]
+
+    def content_digest(self) -> str:
+        """A digest of this op's source and its schedule blocks: what tuning logs key
+        records by (not the file's path)."""
+        blocks = [b for prog in {id(p): p for p in (self._def.program, self.module.program)}
+                  .values() for b in prog.schedules if b.op == self.name]
+        return content_digest(self.ast, blocks)
 
     def signature(self) -> str:
         """``name(A: f32[M, K], B: f32[K, N]; alpha: float = 1.0) -> C: f32[M, N]``"""
@@ -93,6 +101,7 @@ class Op:
         default schedule; ``"auto"`` is always the automatic one, ``"naive"`` no schedule.
         """
         target = as_target(target)
+        shapes = _checked_shapes(shapes)
         fn = self.function(_ranks(self, ranks, shapes), **attrs)
         defs = self._schedule_defs(target)
         if name is None:
@@ -110,6 +119,7 @@ class Op:
               target: Target | str = "c", ranks=None, **attrs) -> LoweredFunc:
         """The loop nest (print it to read it)."""
         target = as_target(target)
+        shapes = _checked_shapes(shapes)
         sched = self._resolve_schedule(schedule, target, ranks, shapes, attrs)
         return lower(sched.fn, sched, config, shapes, target=target)
 
@@ -129,6 +139,11 @@ class Op:
         if target.kind not in BACKENDS:
             raise BuildError(f"target '{target}' has no backend yet",
                              hint=f"backends: {', '.join(BACKENDS)}")
+        if ranks is None and _pack_of(self) and not _pack_rank(self, shapes) and \
+                not isinstance(schedule, Schedule):
+            # rank-generic, no rank named: one kernel per argument ranks, on first call
+            return PerRankKernel(self.name, self.param_names, lambda r: self.build(
+                target, schedule, shapes, config, flags, r, tuning_log, **attrs))
         if tuning_log is not None and config is None:
             config = self.tuned_config(tuning_log, shapes, target, schedule, **attrs)
         func = self.lower(schedule, shapes, config, target, ranks, **attrs)
@@ -142,7 +157,7 @@ class Op:
         warning, when the log has none."""
         name = schedule if isinstance(schedule, str) else None
         workload = Workload.make(self.module.name, self.name, shapes or {}, attrs,
-                                 str(as_target(target)), name)
+                                 str(as_target(target)), name, self.content_digest())
         records = read_log(tuning_log)
         # a record made before a knob was renamed or dropped cannot configure this schedule
         knobs = set(self._resolve_schedule(schedule, target, None, shapes, attrs)
@@ -249,16 +264,32 @@ def _ranks(op: Op, ranks, shapes) -> list[int] | None:
     """Argument ranks for a rank-generic op: given, or implied by sizes ``S0, S1, ...``."""
     if ranks is not None:
         return [ranks] * len(op.ast.params) if isinstance(ranks, int) else list(ranks)
-    packs = [d.name for p in op.ast.params for d in p.type.dims or ()
-             if isinstance(d, ast.PackDim)]
-    if not packs:
+    pack = _pack_of(op)
+    if pack is None:
         return None
-    rank = sum(1 for k in shapes or () if k.startswith(packs[0]) and
-               k[len(packs[0]):].isdigit())
+    rank = _pack_rank(op, shapes)
     if rank:
         return ranks_for_pack(op.ast, rank)
-    raise CallError(f"op {op.name} is rank-generic (*{packs[0]}): say which rank to build, "
-                    f"e.g. ranks=2, or give its sizes, e.g. shapes={{'{packs[0]}0': 8}}")
+    raise CallError(f"op {op.name} is rank-generic (*{pack}): say which rank to build, "
+                    f"e.g. ranks=2, or give its sizes, e.g. shapes={{'{pack}0': 8}}")
+
+
+def _checked_shapes(shapes: dict | None) -> dict | None:
+    """Sizes fixed by name: non-negative ints, not "4", 4.7 or -1 (a CallError)."""
+    return None if shapes is None else sizes.check_given(shapes, "shapes")
+
+
+def _pack_of(op: Op) -> str | None:
+    """The name of a rank-generic op's pack (``S`` in ``X: f32[*S]``); None for others."""
+    return next((d.name for p in op.ast.params for d in p.type.dims or ()
+                 if isinstance(d, ast.PackDim)), None)
+
+
+def _pack_rank(op: Op, shapes) -> int:
+    """The rank that sizes ``S0, S1, ...`` in ``shapes`` imply (0: none given)."""
+    pack = _pack_of(op)
+    return sum(1 for k in shapes or () if pack and k.startswith(pack) and
+               k[len(pack):].isdigit())
 
 
 def load(path) -> Module:

@@ -6,10 +6,12 @@ traceback from here is a bug in tdsl.
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import sys
 import tempfile
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -19,14 +21,19 @@ from .api import load
 from .arrays import random_arguments
 from .emit_c.c import emit_c
 from .errors import ErrorList, TdslError
+from .frontend import ast
 from .target import as_target
 
 
 def cmd_check(args) -> int:
+    from .frontend.block_checks import application_errors
     status = 0
     for path in args.files:
         try:
             mod = load(path)
+            found = application_errors(mod.program)   # every schedule block, applied
+            if found:
+                raise found[0] if len(found) == 1 else ErrorList(found)
         except ErrorList as e:
             print(e.render(), file=sys.stderr)
             print(f"{path}: {len(e.errors)} errors", file=sys.stderr)
@@ -36,8 +43,17 @@ def cmd_check(args) -> int:
             print(f"{path}: 1 error", file=sys.stderr)
             status = 1
         else:
-            print(f"{path}: ok ({len(mod.own_ops() or list(mod))} ops)")
+            print(f"{path}: ok ({_counted(mod)})")
     return status
+
+
+def _counted(mod) -> str:
+    """What a checked file defines: "3 ops", "2 graphs", "1 op, 1 graph" (the standard
+    library's ops for std; a file of graph blocks does not count the ops it imports)."""
+    ops = mod.own_ops() or (list(mod) if mod.name == "std" else [])
+    parts = [f"{n} {word}{'s' * (n != 1)}" for n, word in
+             ((len(ops), "op"), (len(mod.graphs()), "graph")) if n or word == "op"]
+    return ", ".join(parts)
 
 
 def cmd_ops(args) -> int:
@@ -49,17 +65,47 @@ def cmd_ops(args) -> int:
 
 
 def parse_shapes(text: str | None) -> dict[str, int] | None:
-    """``M=64,N=32`` -> ``{"M": 64, "N": 32}``."""
+    """``M=64,N=32`` -> ``{"M": 64, "N": 32}``: each size named once, a positive integer."""
     if not text:
         return None
     out = {}
     for part in text.split(","):
         name, eq, value = part.partition("=")
-        if not eq or not name.strip() or not value.strip().lstrip("-").isdigit():
+        name, value = name.strip(), value.strip()
+        if not eq or not name or not value.isdigit():
             raise TdslError(f"--shape expects NAME=INT pairs separated by commas, got "
                             f"'{part}'")
-        out[name.strip()] = int(value)
+        if name in out:
+            raise TdslError(f"--shape gives {name} twice ({name}={out[name]}, {name}={value})")
+        if int(value) < 1:
+            raise TdslError(f"--shape {name}={value}: a size fixed here must be at least 1")
+        out[name] = int(value)
     return out
+
+
+def check_shape_names(op, shapes: dict | None, attrs: dict) -> None:
+    """Every name in --shape is a size of the op (a typo would otherwise be ignored)."""
+    known = {v.name for v in op.function(None, **attrs).shape_vars} if not \
+        _is_rank_generic(op) else None
+    for name in shapes or ():
+        if known is not None and name not in known:
+            raise TdslError(f"--shape {name}: {op.name} has no size {name} (sizes: "
+                            f"{', '.join(sorted(known)) or 'none'})")
+
+
+def _is_rank_generic(op) -> bool:
+    return any(isinstance(d, ast.PackDim) for p in op.ast.params for d in p.type.dims or ())
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: an integer of at least 1."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {n}")
+    return n
 
 
 def parse_attrs(items: list[str] | None) -> dict:
@@ -135,9 +181,17 @@ def cmd_target(args) -> int:
 
 def cmd_build(args) -> int:
     mod = load(args.file)
+    if args.op is not None and args.op not in mod:
+        raise TdslError(f"no op '{args.op}' in {args.file} (ops: {', '.join(sorted(mod))})")
     names = [args.op] if args.op else mod.own_ops()
+    if not names and args.graph is None:
+        raise TdslError(f"{args.file} defines no op of its own; pick one with --op "
+                        f"(ops: {', '.join(sorted(mod))})")
     out = Path(args.output)
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise TdslError(f"can't create the output directory {out}: {e.strerror}") from None
     shapes, attrs = parse_shapes(args.shape), parse_attrs(args.attr)
     if args.graph is not None:
         return _build_embedded_graph(mod, out, shapes, args)
@@ -149,12 +203,15 @@ def cmd_build(args) -> int:
                                  tuning_log=args.tuning_log, **attrs)
         source = f"{name}.cu" if kind == "cuda" else f"{name}.c"     # OpenCL: the host C
         files = [source, f"{name}.h", f"lib{name}.so"]
-        (out / source).write_text(kernel.source)
-        (out / f"{name}.h").write_text(kernel.header)
-        if kind == "opencl":            # the kernels, also inside the host C as a string
-            (out / f"{name}.cl").write_text(kernel.device_source)
-            files.insert(1, f"{name}.cl")
-        shutil.copyfile(kernel.lib_path, out / f"lib{name}.so")
+        try:
+            (out / source).write_text(kernel.source)
+            (out / f"{name}.h").write_text(kernel.header)
+            if kind == "opencl":        # the kernels, also inside the host C as a string
+                (out / f"{name}.cl").write_text(kernel.device_source)
+                files.insert(1, f"{name}.cl")
+            shutil.copyfile(kernel.lib_path, out / f"lib{name}.so")
+        except OSError as e:
+            raise TdslError(f"can't write to {out}: {e.strerror}") from None
         print(f"{name}: {', '.join(str(out / f) for f in files)}")
     return 0
 
@@ -210,10 +267,10 @@ def cmd_run(args) -> int:
     """Build, call on random inputs, compare with the reference, and time it."""
     op = _op_of(args)
     shapes, attrs = parse_shapes(args.shape) or {}, parse_attrs(args.attr)
-
-    # an embedded build fixes every size (its arena is sized then); it runs emulated
-    fixed = shapes if as_target(args.target).kind == "c-embedded" else None
-    kernel = op.build(args.target, args.schedule, fixed, **attrs)
+    check_shape_names(op, shapes, attrs)
+    # specialised to the sizes given (the others are read off the inputs at each call; an
+    # embedded build fixes every size, its arena is sized then, and runs emulated)
+    kernel = op.build(args.target, args.schedule, shapes or None, **attrs)
     arrays = random_arguments(op, shapes, attrs, seed=0)
     outs = kernel(*arrays)
     refs = op.reference(*arrays, **attrs)
@@ -241,13 +298,19 @@ def cmd_tune(args) -> int:
     from .tuner.tune import Progress, plot_curves, tune
     op = _op_of(args)
     shapes = parse_shapes(args.shape) or {}
+    check_shape_names(op, shapes, parse_attrs(args.attr))
+    if args.plot:           # checked now, not after the whole tuning run
+        _check_writable(args.plot, "--plot")
+    for path in args.transfer_log or ():
+        if not Path(path).is_file():
+            raise TdslError(f"--transfer-log {path}: no such file")
     workload = Workload.make(args.file, op.name, shapes, parse_attrs(args.attr),
-                             str(as_target(args.target)), args.schedule)
+                             str(as_target(args.target)), args.schedule, op.content_digest())
     task = Task(workload)
     print(f"tuning {workload}: {task.space.describe()}", file=sys.stderr)
     history = history_from_logs(args.transfer_log, exclude=workload) \
         if args.transfer_log else None
-    measurer = DaskMeasurer(args.dask, timeout=args.timeout) if args.dask else \
+    measurer = _dask_measurer(DaskMeasurer, args) if args.dask else \
         LocalMeasurer(timeout=args.timeout)
     try:
         result = tune(task, args.trials, args.log, args.tuner, measurer, args.batch,
@@ -259,6 +322,24 @@ def cmd_tune(args) -> int:
         plot_curves({args.tuner: result.curve}, args.plot, str(workload))
         print(f"curve: {args.plot}")
     return 130 if result.interrupted else 0
+
+
+def _check_writable(path: str, what: str) -> None:
+    parent = Path(path).resolve().parent
+    if not parent.is_dir() or not os.access(parent, os.W_OK):
+        raise TdslError(f"{what} {path}: the directory {parent} does not exist or is not "
+                        "writable")
+
+
+def _dask_measurer(dask_measurer, args):
+    """A measurer on the dask scheduler at --dask, or a TdslError if none answers."""
+    try:
+        return dask_measurer(args.dask, timeout=args.timeout)
+    except ImportError as e:
+        raise TdslError(str(e)) from None
+    except (OSError, TimeoutError, ValueError) as e:
+        raise TdslError(f"--dask {args.dask}: no dask scheduler answers there ({e})",
+                        hint="start one with `dask scheduler`, or drop --dask") from None
 
 
 def cmd_graph(args) -> int:
@@ -303,7 +384,10 @@ def cmd_import(args) -> int:
 
 def cmd_test(args) -> int:
     from .testing import run_property_test
-    return run_property_test(load(args.file), args.op, args.target, args.examples)
+    mod = load(args.file)
+    if args.op is not None and args.op not in mod:
+        raise TdslError(f"no op '{args.op}' in {args.file} (ops: {', '.join(sorted(mod))})")
+    return run_property_test(mod, args.op, args.target, args.examples)
 
 
 TARGET_HELP = ("what to build for (default: c, this machine), e.g. 'c -march=x86-64-v3'; "
@@ -359,12 +443,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     tu = op_command("tune", "search the schedule's knobs for the fastest configuration",
                     cmd_tune)
-    tu.add_argument("--trials", type=int, default=64, help="configurations to measure, "
+    tu.add_argument("--trials", type=positive_int, default=64, help="configurations to measure, "
                     "counting those already in the log (default 64)")
     tu.add_argument("--log", default="tune.jsonl", metavar="PATH",
                     help="JSON-lines log to resume from and append to (default tune.jsonl)")
     tu.add_argument("--tuner", default="gbt", choices=["gbt", "random", "grid"])
-    tu.add_argument("--batch", type=int, default=16, help="configurations per round")
+    tu.add_argument("--batch", type=positive_int, default=16,
+                    help="configurations per round")
     tu.add_argument("--seed", type=int, default=0)
     tu.add_argument("--timeout", type=float, default=10.0,
                     help="seconds one candidate may run before it counts as hung")
@@ -399,12 +484,18 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("file", metavar="FILE")
     t.add_argument("--op", help="only this op (default: every op of FILE)")
     t.add_argument("--target", default="c", help=TARGET_HELP)
-    t.add_argument("--examples", type=int, default=20, help="examples per op")
+    t.add_argument("--examples", type=positive_int, default=20, help="examples per op")
     t.set_defaults(run=cmd_test)
     return p
 
 
+def _format_warning(message, category, filename, lineno, line=None) -> str:
+    """Warnings as one line for a user: not the Python source line that raised them."""
+    return f"warning: {message}\n"
+
+
 def main(argv: list[str] | None = None) -> int:
+    warnings.formatwarning = _format_warning
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "run", None):

@@ -45,6 +45,7 @@ class Case:
     arrays: list = field(repr=False)
     schedule: Schedule | None = field(repr=False)
     steps: list = field(default_factory=list)     # the schedule, readable, for reports
+    config: dict | None = None                    # the knobs of a schedule block
 
     def __repr__(self) -> str:
         shapes = [getattr(a, "shape", ()) for a in self.arrays]
@@ -201,9 +202,26 @@ def adversarial_schedules(draw, fn: te.Function, max_steps: int = 8):
 
 
 @st.composite
+def block_schedules(draw, op, names: list[str], target, ranks, sizes, attrs):
+    """One of the op's own schedule blocks, with its knobs at random choices (those its
+    ``require``s allow): ``(schedule, config, steps)``."""
+    name = draw(st.sampled_from(names))
+    sched = op.schedule(name, target, ranks, sizes, **attrs)
+    config = {k.name: draw(st.sampled_from(list(k.choices)), label=k.name)
+              for k in sched.knobs}
+    try:
+        sched.knob_values(config)
+    except ScheduleError:
+        assume(False)           # outside the block's space
+    return sched, config, [f"block {name}"] + [f"{k} = {v}" for k, v in config.items()]
+
+
+@st.composite
 def cases(draw, op, attrs: dict | None = None, max_size: int = 9, schedules_too=True,
           target="c"):
-    """``target``: a GPU target draws `gpu_schedules`, others `schedules`."""
+    """Sizes, inputs and a schedule for ``op``: automatic, random, adversarial, or one of the
+    op's own blocks for ``target`` at a random configuration of its knobs. On a GPU target
+    the random schedules are `gpu_schedules` (tiles and thread bindings)."""
     attrs = dict(attrs or {})
     target = as_target(target)
     rank = draw(st.integers(1, 4))
@@ -216,9 +234,14 @@ def cases(draw, op, attrs: dict | None = None, max_size: int = 9, schedules_too=
     rng = np.random.default_rng(seed)
     arrays = [random_array(s, t.dtype, rng) if s else random_array((), t.dtype, rng)[()]
               for s, t in zip(shapes, fn.inputs)]
-    strategy = gpu_schedules(fn, target) if target.is_gpu else schedules(fn)
-    sched, steps = draw(strategy) if schedules_too else (None, [])
-    return Case(ranks, sizes, arrays, sched, steps)
+    config = None
+    blocks = op.schedule_names(target) if schedules_too else []
+    if blocks and draw(st.booleans()):
+        sched, config, steps = draw(block_schedules(op, blocks, target, ranks, sizes, attrs))
+    else:
+        strategy = gpu_schedules(fn, target) if target.is_gpu else schedules(fn)
+        sched, steps = draw(strategy) if schedules_too else (None, [])
+    return Case(ranks, sizes, arrays, sched, steps, config)
 
 
 def check_case(op, case: Case, attrs: dict | None = None, rtol=1e-4, atol=1e-4, target="c",
@@ -232,8 +255,10 @@ def check_case(op, case: Case, attrs: dict | None = None, rtol=1e-4, atol=1e-4, 
     # an embedded build fixes every size (its arena is sized then) and runs emulated
     shapes = op.sizes_of(*case.arrays, **attrs) if embedded else None
     try:
-        func = lower(schedule.fn, schedule, None, shapes, target=target)
+        func = lower(schedule.fn, schedule, case.config, shapes, target=target)
     except ScheduleError:
+        if case.config is not None:
+            raise               # the op's own block, at a configuration of its space
         assume(False)           # an illegal combination: not a failure of the op
     if embedded:
         from .emulate import EmulatedKernel
@@ -243,12 +268,37 @@ def check_case(op, case: Case, attrs: dict | None = None, rtol=1e-4, atol=1e-4, 
             _build(func, target)(*case.arrays)
     want = op.reference(*case.arrays, **attrs)
     got, want = (got, want) if isinstance(got, tuple) else ((got,), (want,))
-    for g, w in zip(got, want):
+    for g, w, t in zip(got, want, schedule.fn.outputs):
         assert g.shape == w.shape and g.dtype == w.dtype, (g.shape, g.dtype, w.shape, w.dtype)
-        if g.dtype.kind == "f":
-            np.testing.assert_allclose(g, w, rtol=rtol, atol=atol)
-        else:
-            np.testing.assert_array_equal(g, w)
+        compare(t.name, g, w, rtol, atol)
+
+
+def compare(name: str, got: np.ndarray, want: np.ndarray, rtol: float, atol: float) -> None:
+    """An AssertionError naming the worst element unless ``got`` matches ``want``."""
+    if got.dtype.kind == "f":
+        bad = ~np.isclose(got, want, rtol=rtol, atol=atol, equal_nan=True)
+        err = np.where(bad, np.abs(got.astype(np.float64) - want), 0)
+    else:
+        bad = got != want
+        err = np.where(bad, np.abs(got.astype(np.float64) - want.astype(np.float64)), 0)
+    if not bad.any():
+        return
+    worst = np.unravel_index(int(np.nanargmax(np.where(np.isnan(err), np.inf, err))),
+                             got.shape) if got.ndim else ()
+    raise AssertionError(f"output {name}: {int(bad.sum())} of {got.size} elements differ; "
+                         f"the worst, {name}[{', '.join(map(str, worst))}], is {got[worst]!r} "
+                         f"where the reference has {want[worst]!r}")
+
+
+def counterexample(case: Case | None, error: Exception) -> str:
+    """The shrunk failure, readable: sizes, the schedule's steps, and what went wrong (the
+    worst element of a mismatch)."""
+    lines = []
+    if case is not None:
+        lines += [f"  sizes: {', '.join(f'{k}={v}' for k, v in case.sizes.items())}",
+                  f"  schedule: {'; '.join(case.steps) or 'the default'}"]
+    message = getattr(error, "message", None) or str(error).strip().splitlines()[0]
+    return "\n".join(lines + [f"  {type(error).__name__}: {message}"])
 
 
 def _build(func, target):
@@ -267,17 +317,21 @@ def run_property_test(module, op_name: str | None, target: str, examples: int) -
             print(f"{name}: skipped (attributes without defaults: give them in a test)")
             continue
 
+        last: list = []         # the case hypothesis replays last is the shrunk one
+
         @settings(max_examples=examples, deadline=None, database=None,
-                  suppress_health_check=list(HealthCheck))
+                  suppress_health_check=list(HealthCheck), print_blob=False)
         @given(cases(op, target=target))
         def prop(case):
+            last[:] = [case]
             check_case(op, case, target=target)
 
         try:
             prop()
         except Exception as e:      # hypothesis re-raises the shrunk failure
             failed += 1
-            print(f"{name}: FAILED\n{e}", file=sys.stderr)
+            print(f"{name}: FAILED\n{counterexample(last[0] if last else None, e)}",
+                  file=sys.stderr)
         else:
             print(f"{name}: ok ({examples} examples)")
     return 1 if failed else 0

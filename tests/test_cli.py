@@ -183,3 +183,113 @@ def test_version_in_process(capsys):
         cli.main(["--version"])
     assert info.value.code == 0
     assert capsys.readouterr().out.strip() == f"tdsl {tdsl.__version__}"
+
+
+# ---------------------------------------------------------------------------- mistakes (issue 9)
+
+HALVES = """op halves(X: f32[N]) -> (Lo: f32[N // 2], Hi: f32[N - N // 2]) {
+    Lo[i] = X[i]
+    Hi[i] = X[N // 2 + i]
+}
+"""
+
+
+@pytest.fixture
+def halves(tmp_path):
+    path = tmp_path / "halves.tdsl"
+    path.write_text(HALVES)
+    return path
+
+
+@pytest.mark.parametrize("args, message", [
+    (["test", "{f}", "--op", "nope"], "no op 'nope'"),
+    (["build", "{f}", "-o", "/proc/x"], "can't create the output directory"),
+    (["build", "std", "-o", "{d}"], "defines no op of its own"),
+    (["run", "{f}", "--shape", "Q=3"], "has no size Q"),
+    (["run", "{f}", "--shape", "N=0"], "at least 1"),
+    (["run", "{f}", "--shape", "N=-3"], "NAME=INT"),
+    (["run", "{f}", "--shape", "N=4,N=8"], "gives N twice"),
+    (["tune", "std", "--op", "matmul", "--shape", "M=8,N=8,K=8", "--plot", "/nodir/x.png"],
+     "does not exist or is not writable"),
+    (["tune", "std", "--op", "matmul", "--shape", "M=8,N=8,K=8", "--transfer-log",
+      "/nonexistent.jsonl"], "no such file"),
+])
+def test_mistakes_are_errors_not_tracebacks_or_no_ops(capsys, tmp_path, halves, args, message):
+    args = [a.format(f=halves, d=tmp_path / "out") for a in args]
+    code, out, err = main(capsys, *args)
+    assert code == 1 and message in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("args", [["test", "{f}", "--examples", "0"],
+                                  ["tune", "{f}", "--batch", "0"]])
+def test_counts_must_be_positive(capsys, halves, args):
+    with pytest.raises(SystemExit) as info:
+        cli.main([a.format(f=halves) for a in args])
+    assert info.value.code == 2 and "at least 1" in capsys.readouterr().err
+
+
+def test_run_and_test_take_subtracted_and_halved_sizes(capsys, halves):
+    code, out, err = main(capsys, "run", halves, "--shape", "N=9")
+    assert code == 0 and "max |tdsl - reference| = 0" in out, err
+    code, out, err = main(capsys, "test", halves, "--examples", "3")
+    assert code == 0 and "halves: ok" in out, err
+
+
+@pytest.mark.parametrize("block, message", [
+    ("schedule scale for CPU { vectorize(Y.i) }", "unknown target 'CPU'"),
+    ("schedule scale for cpu { vectorize(Y.i) }\nschedule scale for c { vectorize(Y.i) }",
+     "schedule 'default' for scale is defined twice"),
+    ("schedule scale for cpu as naive { vectorize(Y.i) }", "name of a built-in schedule"),
+    ("schedule scale for cpu as bad { io, ii = split(Y.q, 8) }", "Y has no axis q"),
+    ("schedule scale for cpu { knob t in [1, 3] = 1\n io, ii = split(Y.i, t)\n"
+     " if t > 1 { a, b = split(Y.zz, 2) } }", "Y has no axis zz"),
+])
+def test_check_reports_schedule_blocks_at_their_statement(capsys, tmp_path, block, message):
+    """Blocks were ignored (unknown target), shadowed (a second default, a user's naive) or
+    never applied by `tdsl check`; now each is an error, a knob's other values included."""
+    path = tmp_path / "blocks.tdsl"
+    path.write_text("op scale(X: f32[N]) -> Y: f32[N] { Y[i] = X[i] * 2.0 }\n" + block + "\n")
+    code, out, err = main(capsys, "check", path)
+    assert code == 1 and message in err and "blocks.tdsl:" in err, err
+
+
+def test_test_prints_the_shrunk_counterexample(capsys, tmp_path, monkeypatch):
+    """A failure shows the sizes, the schedule's steps and the worst element (here from a
+    kernel made wrong on purpose in its last element)."""
+    import tdsl.testing as tt
+    real = tt.build_kernel
+
+    def wrong(func, **kw):
+        kernel = real(func, **kw)
+
+        def call(*arrays):
+            out = kernel(*arrays).copy()
+            out.reshape(-1)[-1] += 1
+            return out
+        return call
+    monkeypatch.setattr(tt, "build_kernel", wrong)
+    path = tmp_path / "s.tdsl"
+    path.write_text("op scale(X: f32[N]) -> Y: f32[N] { Y[i] = X[i] * 2.0 }\n"
+                    "schedule scale for cpu { knob t in [2, 4] = 4\n"
+                    "    io, ii = split(Y.i, t) }\n")
+    code, out, err = main(capsys, "test", path, "--examples", "5")
+    assert code == 1 and "scale: FAILED" in err
+    assert "sizes: N=1" in err and "schedule:" in err and "the worst, Y[0]" in err, err
+
+
+def test_wording_graph_files_attribute_hint_and_warnings(capsys, tmp_path):
+    graphs = tmp_path / "g.tdsl"
+    graphs.write_text("import std\ngraph g(x: f32[B, 4]) -> y: f32[B, 4] {\n"
+                      "    y = relu(x)\n}\n")
+    code, out, err = main(capsys, "check", graphs)
+    assert code == 0 and "ok (0 ops, 1 graph)" in out     # not the 39 ops it imports
+    attrs = tmp_path / "a.tdsl"
+    attrs.write_text("op f(X: f32[N], bias: float = 0.5) -> Y: f32[N] { Y[i] = X[i] }\n")
+    code, out, err = main(capsys, "check", attrs)
+    assert code == 1 and "attributes (with their defaults) go after `;`" in err
+    log = tmp_path / "empty.jsonl"
+    log.write_text("")
+    r = run("build", "std", "--op", "matmul", "--shape", "M=8,N=8,K=8", "-o",
+            tmp_path / "out", "--tuning-log", log)       # a process: pytest keeps warnings
+    assert r.returncode == 0 and "warning: " in r.stderr, r.stderr
+    assert "warnings.warn" not in r.stderr and ".py:" not in r.stderr, r.stderr

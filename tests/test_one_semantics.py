@@ -102,3 +102,44 @@ def test_kernel_and_reference_refuse_sizes_with_the_same_words():
     with pytest.raises(CallError) as got:
         m["conv1d_valid"].build()(*bad)
     assert "negative" in str(ref.value) and "negative" in str(got.value)
+
+
+@needs_gcc
+def test_a_pool_input_smaller_than_its_kernel_is_refused():
+    op = tdsl.stdlib["max_pool2d"]
+    x = np.ones((1, 1, 1, 4), np.float32)
+    with pytest.raises(CallError, match="smaller than a window"):
+        op.reference(x, kernel=2)
+    with pytest.raises(CallError, match="smaller than a window"):
+        op.build(kernel=2)(x)
+
+
+@needs_gcc
+def test_an_output_larger_than_memory_is_refused_before_allocation(monkeypatch):
+    from tdsl.lowering import sizes
+    monkeypatch.setattr(sizes, "memory_bytes", lambda: 1 << 20)
+    op = tdsl.loads(TWO_OPS)["double"]
+    x = np.ones(1 << 19, np.float32)            # 2 MiB in, 2 MiB out
+    with pytest.raises(CallError, match="more than this machine"):
+        op.reference(x)
+    with pytest.raises(CallError, match="more than this machine"):
+        op.build()(x)
+
+
+@needs_gcc
+def test_a_rank_generic_op_builds_without_naming_the_rank():
+    """One kernel per argument ranks, built on first call and kept (as a jit does)."""
+    kernel = tdsl.stdlib["relu"].build(target="c")
+    rng = np.random.default_rng(0)
+    for shape in [(5,), (2, 3), (2, 3, 4), (4, 1)]:
+        x = rng.standard_normal(shape).astype(np.float32)
+        np.testing.assert_array_equal(kernel(x), np.maximum(x, 0))
+    assert sorted(kernel.kernels) == [(1,), (2,), (3,)]
+    with pytest.raises(CallError, match="takes 1 argument"):
+        kernel()
+
+
+@pytest.mark.parametrize("value", ["4", 4.7, -1, True, None])
+def test_sizes_given_by_name_are_checked(value):
+    with pytest.raises(CallError, match=r"shapes\['N'\] must be a non-negative integer"):
+        tdsl.loads(TWO_OPS)["double"].lower(shapes={"N": value})

@@ -336,3 +336,16 @@ def test_vectorize_symbolic_extent_keeps_a_pragma_loop():
     func = lower(fn, Schedule(fn).vectorize("C", "x"))
     (loop,) = [s for s in walk_stmt(func.body) if isinstance(s, For)]
     assert loop.kind is ForKind.VECTORIZED and str(loop.extent) == "n"
+
+
+def test_unrolling_is_bounded_and_refused_early():
+    """Unrolled loops nested until the C would take gcc minutes: a ScheduleError naming the
+    loop, at lowering (a random schedule once kept gcc busy for 605 s)."""
+    import tdsl
+    from tdsl.errors import ScheduleError
+    op = tdsl.stdlib["matmul"]
+    s = op.schedule("naive").split("C", "i", 64).split("C", "j", 64) \
+        .reorder("C", "i.o", "j.o", "i.i", "j.i").unroll("C", "i.i").unroll("C", "j.i")
+    with pytest.raises(ScheduleError, match="unrolling i.i .* makes .* statements"):
+        op.lower(schedule=s, shapes={"M": 128, "N": 128, "K": 8})
+    op.lower(schedule=s.split("C", "k", 2), shapes={"M": 8, "N": 8, "K": 8})

@@ -87,3 +87,51 @@ def test_check_is_per_shape_not_per_call(module):
     with pytest.raises(CallError):
         kernel(f32(8), f32(7))
     kernel(f32(8), f32(8))
+
+
+@needs_gcc
+def test_sizes_fixed_at_build_time_are_checked_too(module):
+    kernel = module["add"].build(shapes={"N": 8})
+    with pytest.raises(CallError, match="index out of bounds"):
+        kernel(f32(8), f32(4))
+    np.testing.assert_array_equal(kernel(f32(8), f32(8)), 2 * f32(8))
+
+
+LANE_SUMS = """
+op lane_sums(X: f32[N, D]) -> Ps: f32[N, 16] {
+    Ps[n, l] = sum[j: D // 16](X[n, j * 16 + l])
+}
+"""
+
+
+@needs_gcc
+@pytest.mark.parametrize("shapes", [None, {"N": 3, "D": 5}])
+def test_a_cache_region_read_by_empty_loops_is_empty_not_negative(shapes):
+    """Ps reads X[n, j * 16 + l] for j < D // 16 (softmax's partial sums once): with the
+    cache at Ps.l, its region is D // 16 * 16 - 15 elements, negative for D < 16 (the call
+    failed for want of workspace, and gcc refused the fixed-size kernel)."""
+    op = tdsl.loads(LANE_SUMS)["lane_sums"]
+    s = op.schedule("naive").cache_read("X", "local", ["Ps"]).compute_at("X.local", "Ps", "l")
+    assert op.lower(schedule=s).attrs["unproven_accesses"] == 0
+    for d in (5, 40) if shapes is None else (5,):
+        x = np.random.default_rng(0).random((3, d), dtype=np.float32)
+        np.testing.assert_allclose(op.build(schedule=s, shapes=shapes)(x), op.reference(x),
+                                   rtol=1e-5)
+
+
+@needs_gcc
+def test_compute_at_of_a_gathers_producer():
+    """T computed at Y.i, read as T[I[i]]: legal (the region is T's whole row), and it was
+    refused by the printer ("cannot print Load nodes")."""
+    op = tdsl.loads("""
+op g(X: f32[N], I: i32[K]) -> Y: f32[K] {
+    T: f32[N]
+    T[n] = X[n] * 2.0
+    Y[i] = T[I[i]]
+}""")["g"]
+    s = op.schedule("naive").compute_at("T", "Y", "i")
+    x, idx = f32(6), np.array([5, 0, 3], np.int32)
+    np.testing.assert_array_equal(op.build(schedule=s)(x, idx), op.reference(x, idx))
+    np.testing.assert_array_equal(interp.run(op.lower(schedule=s), [x, idx])[0], x[idx] * 2)
+    with pytest.raises(CallError, match="index out of bounds"):
+        op.build(schedule=s)(x, np.array([6], np.int32))

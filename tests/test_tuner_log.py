@@ -121,3 +121,28 @@ def test_cli_build_takes_a_tuning_log(tmp_path, capsys):
     source = (out / "matmul.c").read_text()
     op = tdsl.load("std")["matmul"]
     assert source == op.build(shapes=SIZES, config={"ti": 6, "tj": 48}).source
+
+
+SCALE = """op scale(X: f32[N]) -> Y: f32[N] { Y[i] = X[i] * 2.0 }
+schedule scale for cpu { knob t in [2, 4, 8] = 4
+    io, ii = split(Y.i, t) }
+"""
+
+
+def test_records_are_keyed_by_the_ops_content_not_its_path(tmp_path):
+    """A copied project finds its records; an edited op does not find the old ones."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    (tmp_path / "a" / "s.tdsl").write_text(SCALE)
+    (tmp_path / "b" / "s.tdsl").write_text(SCALE)
+    mine = tdsl.load(tmp_path / "a" / "s.tdsl")["scale"]
+    workload = Workload.make(tmp_path / "a" / "s.tdsl", "scale", {"N": 64}, {}, "c", None,
+                             mine.content_digest())
+    log = tmp_path / "t.jsonl"
+    write(log, [make_record(workload, {"t": 8}, "ok", 1e-6, 1.0)])
+    copied = tdsl.load(tmp_path / "b" / "s.tdsl")["scale"]
+    assert copied.tuned_config(log, {"N": 64}) == {"t": 8}
+    (tmp_path / "a" / "s.tdsl").write_text(SCALE.replace("2.0", "3.0"))
+    edited = tdsl.load(tmp_path / "a" / "s.tdsl")["scale"]
+    with pytest.warns(UserWarning, match="no successful record"):
+        assert edited.tuned_config(log, {"N": 64}) is None

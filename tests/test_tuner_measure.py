@@ -215,3 +215,20 @@ def test_tuning_through_failures_logs_each_with_its_kind(task, cache_dir, tmp_pa
     assert statuses == {v: s for v, s in enumerate(VARIANTS) if s != "invalid"}
     assert result.best_config["variant"] in (0, 1)
     assert result.errors == 4
+
+
+def test_folders_of_killed_tuners_are_swept(tmp_path):
+    """SIGKILL runs no clean-up: the next measurer removes the folders of dead tuners (and
+    leaves those of live ones)."""
+    import os
+    import subprocess
+    from tdsl.tuner.measure import FOLDER_PREFIX, sweep_stale_folders
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    stale = tmp_path / f"{FOLDER_PREFIX}{dead.pid}-abc"
+    live = tmp_path / f"{FOLDER_PREFIX}{os.getpid()}-def"
+    for folder in (stale, live):
+        folder.mkdir()
+        (folder / "expected.npy").write_bytes(b"x")
+    sweep_stale_folders(tmp_path)
+    assert not stale.exists() and live.exists()

@@ -93,6 +93,18 @@ def test_resume_tolerates_a_truncated_last_line(task, tmp_path):
     assert all(json.loads(line) for line in log.read_text().splitlines())
 
 
+def test_resume_skips_records_of_a_renamed_knob_with_a_warning(task, tmp_path):
+    log = tmp_path / "t.jsonl"
+    tune(task, 8, log, "random", FakeMeasurer(), batch_size=8, compare_numpy=False)
+    text = log.read_text()
+    knob = task.space.names[0]
+    log.write_text(text + text.replace(f'"{knob}":', '"renamed":'))
+    with pytest.warns(UserWarning, match="skipped 8 record"):
+        result = tune(task, 8, log, "random", FakeMeasurer(), batch_size=8,
+                      compare_numpy=False)
+    assert result.resumed == 8
+
+
 def test_interrupt_stops_cleanly_with_the_log_whole(task, tmp_path):
     log = tmp_path / "t.jsonl"
     m = FakeMeasurer(interrupt_after=16)

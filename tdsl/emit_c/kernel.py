@@ -95,6 +95,7 @@ class Kernel:
             if len(self._bound) >= 64:      # a kernel called at ever new shapes
                 self._bound.clear()
             env = self._bind_sizes(inputs)
+            sizes.check_shapes(self.func.attrs.get("stage_shapes", ()), env)
             check_reads(self.func.attrs.get("reads", ()), env)
             self._bound[key] = ([env[v.name] for v in self._free_sizes],
                                 [self._output_shape(b, env) for b in self._outputs])
@@ -125,7 +126,10 @@ class Kernel:
         """The sizes of this call, bound as the reference binds them (`lowering.sizes`)."""
         params = [(sizes.argument(b.name, i), b.shape, _describe(b))
                   for i, b in enumerate(self._inputs)]
-        fixed = {v.name: n for v, n in self._fixed.items()}
+        # sizes made constants by lowering (shapes=) or by the emitter: the algorithm's
+        # checks (stage shapes, read regions) still name them
+        fixed = {**self.func.attrs.get("fixed_sizes", {}),
+                 **{v.name: n for v, n in self._fixed.items()}}
         return sizes.bind(params, [np.shape(a) for a in inputs], fixed, "fixed at build time",
                           self.func.shape_vars, self.func.name)
 

@@ -4,6 +4,7 @@ builds the frozen AST nodes (``meta`` is only available there, not in an inline 
 from __future__ import annotations
 
 import functools
+import re
 
 from lark import Lark, Token, Transformer, v_args
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, \
@@ -121,7 +122,8 @@ def _syntax_error(e: UnexpectedInput, source: Source) -> ParseError:
         tok = e.token
         width = len(str(tok)) or 1
         msg = f"unexpected {_token_text(tok)}" + _expected(e.accepts or e.expected)
-        return ParseError(msg, Span(source, line, col, line, col + width), _hint(tok))
+        return ParseError(msg, Span(source, line, col, line, col + width),
+                          _hint(tok, source.line(line)[:col - 1]))
     elif isinstance(e, UnexpectedCharacters):
         ch = source.text[e.pos_in_stream] if e.pos_in_stream < len(source.text) else "?"
         msg = f"unexpected character {ch!r}" + _expected(e.allowed or ())
@@ -138,8 +140,14 @@ def _token_text(tok: Token) -> str:
     return f"'{tok}'"
 
 
-def _hint(tok: Token) -> str | None:
-    if str(tok) == "=" :
+def _hint(tok: Token, before: str) -> str | None:
+    """A likely fix for ``tok``, read with the text before it on its line."""
+    if str(tok) == "=":
+        head = re.search(r"\bop\s+\w+\s*\(([^)]*)$", before)
+        if head and ";" not in head.group(1):
+            # a default value among the tensor parameters: it is an attribute
+            return "attributes (with their defaults) go after `;`: " \
+                   "op f(X: f32[N]; bias: float = 0.5)"
         return "a stage is written `T[i, j] = expr`; compare with `==`"
     return None
 

@@ -19,6 +19,7 @@ from ..lowering.dtypes import DTYPES
 from ..lowering.graph.ir import Graph
 from . import ast
 from .graphs import check_graph
+from .block_checks import declaration_errors
 from .parse import parse
 from .to_te import bind_attrs, instantiate, pack_rank_for, uses_pack
 
@@ -95,6 +96,7 @@ class Program:
         for s in self.schedules:
             if s.op not in self.ops and s.op not in self.imported:
                 errors.append(CheckError(f"schedule for unknown op '{s.op}'", s.span))
+        errors.extend(declaration_errors(self.schedules))
         for name, gdef in self.graphs.items():
             try:
                 self.checked_graphs[name] = check_graph(gdef, self)

@@ -211,12 +211,22 @@ def prove(cond: te.Expr, ctx: Ctx | None = None) -> bool | None:
         case te.Unary("not", a):
             p = prove(a, ctx)
             return None if p is None else not p
-        case te.Compare(_, a, _) if is_index(a):
-            if all(_hi(f, ctx, 0) is not None and _hi(f, ctx, 0) <= 0 for f in facts_of(cond)):
+        case te.Compare("<" | "<=" as op, a, te.Intrinsic("max", (p, q))) if is_index(a):
+            # a < max(p, q) when a < p or a < q (a region's extent max(hi - lo + 1, 0))
+            if prove(te.Compare(op, a, p), ctx) or prove(te.Compare(op, a, q), ctx):
                 return True
-            if all(_hi(f, ctx, 0) is not None and _hi(f, ctx, 0) <= 0
-                   for f in facts_of(cond, False)):
-                return False
+            return _prove_linear(cond, ctx)
+        case te.Compare(_, a, _) if is_index(a):
+            return _prove_linear(cond, ctx)
+    return None
+
+
+def _prove_linear(cond: te.Compare, ctx: Ctx) -> bool | None:
+    """A comparison of index expressions, from the bounds of its linear form."""
+    if all(_hi(f, ctx, 0) is not None and _hi(f, ctx, 0) <= 0 for f in facts_of(cond)):
+        return True
+    if all(_hi(f, ctx, 0) is not None and _hi(f, ctx, 0) <= 0 for f in facts_of(cond, False)):
+        return False
     return None
 
 

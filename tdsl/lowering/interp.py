@@ -67,7 +67,8 @@ def run(func: LoweredFunc, arrays, shapes: dict[str, int] | None = None
 class _Interp:
     def __init__(self, func: LoweredFunc, shapes):
         self.func = func
-        self.env: dict[str, object] = {k: int(v) for k, v in (shapes or {}).items()}
+        given = {**func.attrs.get("fixed_sizes", {}), **(shapes or {})}
+        self.env: dict[str, object] = {k: int(v) for k, v in given.items()}
         self.mem: dict = {}
         self.layout: dict = {}                 # buffer -> (shape, strides, size)
 
@@ -89,6 +90,7 @@ class _Interp:
                                for i, b in enumerate(inputs)],
                               [np.shape(a) for a in arrays[:f.num_inputs]], self.env, "given",
                               f.shape_vars, f.name)
+        sizes.check_shapes(f.attrs.get("stage_shapes", ()), self.env)
         check_reads(f.attrs.get("reads", ()), self.env)
         outs = []
         for k, buf in enumerate(f.params):

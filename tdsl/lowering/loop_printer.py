@@ -15,11 +15,11 @@ from __future__ import annotations
 
 from . import te
 from .loop_ir import (AddressOf, Allocate, Barrier, Broadcast, BufferLoad, Call, Evaluate, For,
-                      ForKind, If, LetStmt, LoweredFunc, Ramp, Seq, Stmt, Store)
+                      ForKind, If, LetStmt, LoweredFunc, Ramp, ReadFault, Seq, Stmt, Store)
 from .te_printer import format_expr as _format_te
 
 INDENT = "  "
-_LOOP_ONLY = (BufferLoad, Ramp, Broadcast, Call, AddressOf)
+_LOOP_ONLY = (BufferLoad, Ramp, Broadcast, Call, AddressOf, ReadFault)
 
 
 def format_expr(e: te.Expr) -> str:
@@ -42,6 +42,8 @@ def _as_atom(e: te.Expr) -> te.Expr | None:
             text = f"{name}({', '.join(_format_arg(a) for a in args)})"
         case AddressOf(buffer, index):
             text = f"&{buffer.name}[{_format_te(index)}]"
+        case ReadFault(fault):
+            text = f"read_fault({fault})"
     return te.Var(text)
 
 

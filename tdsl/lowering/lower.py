@@ -22,6 +22,7 @@ from .read_regions import reads
 from .passes import (apply_schedule, barriers, bounds_check, build_nests, flatten, partition,
                      simplify, unroll, vectorize, verify as verify_pass)
 from .schedule import Schedule
+from .sizes import stage_shapes
 from .thread_bindings import check as check_thread_bindings
 from .validate import check_sizes
 from ..target import as_target
@@ -60,8 +61,11 @@ def lower(fn: te.Function, schedule: Schedule | None = None, config: dict | None
     graph = apply_schedule.run(fn, directives)
     check_thread_bindings(graph, directives, target)
     func = build_nests.run(graph, shapes)
-    # what the algorithm reads, for the per-call region check of kernels and the interpreter
-    func = dataclasses.replace(func, attrs={**func.attrs, "reads": reads(fn)})
+    # what the algorithm reads and the sizes it writes, for the per-call checks of kernels
+    # and the interpreter (the reference's errors, before anything runs)
+    func = dataclasses.replace(func, attrs={**func.attrs, "reads": reads(fn),
+                                            "stage_shapes": stage_shapes(fn),
+                                            "fixed_sizes": dict(shapes or {})})
     _after("build_nests", func, dump, verify)
     if pipeline is None:
         pipeline = GPU_PIPELINE if target.is_gpu else PIPELINE

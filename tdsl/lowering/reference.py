@@ -59,6 +59,7 @@ def _eval_stage(fn: te.Function, t: te.Tensor, tensors, env: dict[str, int]) -> 
     where = f"stage '{t.name}' of '{fn.name}'"
     comp = t.op
     shape = tuple(_size(s, env, f"{where}: dimension {d}") for d, s in enumerate(t.shape))
+    sizes.check_allocation(shape, to_numpy(t.dtype), where)
     out = np.empty(shape, to_numpy(t.dtype))
     if out.size == 0:
         return out

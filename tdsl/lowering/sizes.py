@@ -49,6 +49,13 @@ def value(e: te.Expr, env: Mapping[str, int], what: str) -> int:
         raise CallError(f"{what}: {e} is not an integer shape expression") from None
     if v < 0:
         raise CallError(f"{what}: size {e} is {v} (negative) with {_show_env(e, env)}")
+    for x in te.walk(e):
+        # a window that does not fit: (IH - kernel) // stride + 1 with IH < kernel is 0 or
+        # less only by the accident of floor division; a size divides no negative quantity
+        if isinstance(x, te.Binary) and x.op in ("//", "%") and eval_index(x.a, env) < 0:
+            raise CallError(f"{what}: in the size {e}, {x.a} is {eval_index(x.a, env)} "
+                            f"(negative) with {_show_env(e, env)}: is an input smaller "
+                            "than a window or kernel?")
     return v
 
 
@@ -137,6 +144,20 @@ def _solve(s: te.Expr, name: str, n: int, env: dict[str, int], arg: str, d: int)
                         f"integer {name} >= 0")
     env[name] = (n - c) // a
     return True
+
+
+def stage_shapes(fn: te.Function) -> tuple[tuple[str, tuple[te.Expr, ...]], ...]:
+    """Every computed tensor's shape as the algorithm writes it, for `check_shapes`
+    (lowering may rewrite a shape into an equal one, such as ``(IH - 2) // 2 + 1`` into
+    ``IH // 2``, that no longer shows the window that does not fit)."""
+    return tuple((f"stage '{t.name}' of '{fn.name}'", t.shape) for t in fn.stages())
+
+
+def check_shapes(shapes, env: Mapping[str, int]) -> None:
+    """The reference's errors for the stage shapes of `stage_shapes` at these sizes."""
+    for what, shape in shapes:
+        for d, dim in enumerate(shape):
+            value(dim, env, f"{what}: dimension {d}")
 
 
 def memory_bytes() -> int:

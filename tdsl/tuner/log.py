@@ -4,7 +4,7 @@ A record says what was measured and on what, so that a log can be resumed, appli
 time and shared between machines without mixing them up:
 
     {"workload": {"file": "std", "op": "matmul", "shapes": {"K": 1024, ...}, "attrs": {},
-                  "target": "c", "schedule": null,
+                  "target": "c", "schedule": null, "content": "9b1c...",
                   "machine": "Intel(R) Xeon(R) ... x2 x86_64 3f2a..."},
      "config": {"ti": 8, "tj": 32},
      "status": "ok", "seconds": 0.00129, "gflops": 1664.2, "message": "",
@@ -13,11 +13,13 @@ time and shared between machines without mixing them up:
 Records are appended and flushed one at a time, so a killed tuner loses at most the record
 being written; a reader skips a truncated last line, and a writer first cuts such a line off
 so that the next record starts on a line of its own. This module is a leaf: `tdsl.api`
-imports it to apply a log, and it imports nothing of the pipeline.
+imports it to apply a log, and it imports nothing of the pipeline (the unparser only, for
+`content_digest`).
 """
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import os
 import platform
@@ -27,40 +29,65 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import __version__
+from ..frontend import unparse
 from ..emit_c.build import machine_identity
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Workload:
-    """What is tuned. ``file`` is ``"std"`` or the .tdsl file's absolute path; sizes and
-    attributes are sorted (name, value) pairs so that equal workloads compare equal."""
+    """What is tuned. ``content`` is a digest of the op's source and its schedule blocks
+    (`content_digest`): workloads with one are equal by content, not by where the file lies,
+    so a copied or moved project finds its records. ``file`` is ``"std"`` or the .tdsl
+    file's absolute path, to load the op from (and, for records made before digests, what
+    they are matched by). Sizes and attributes are sorted (name, value) pairs."""
     file: str
     op: str
     shapes: tuple[tuple[str, int], ...]
     attrs: tuple[tuple[str, object], ...] = ()
     target: str = "c"
     schedule: str | None = None
+    content: str = ""
 
     @staticmethod
     def make(file, op: str, shapes: dict, attrs: dict | None = None, target: str = "c",
-             schedule: str | None = None) -> "Workload":
+             schedule: str | None = None, content: str | None = None) -> "Workload":
         file = "std" if str(file) == "std" else str(Path(file).resolve())
         return Workload(file, op, tuple(sorted((k, int(v)) for k, v in shapes.items())),
-                        tuple(sorted((attrs or {}).items())), target, schedule)
+                        tuple(sorted((attrs or {}).items())), target, schedule, content or "")
+
+    def _key(self) -> tuple:
+        return self.op, self.shapes, self.attrs, self.target, self.schedule
+
+    def __eq__(self, other) -> bool:
+        if not isinstance(other, Workload) or self._key() != other._key():
+            return False
+        if self.content and other.content:
+            return self.content == other.content
+        return self.file == other.file
+
+    def __hash__(self) -> int:
+        return hash(self._key())
 
     def to_json(self) -> dict:
         return {"file": self.file, "op": self.op, "shapes": dict(self.shapes),
-                "attrs": dict(self.attrs), "target": self.target, "schedule": self.schedule}
+                "attrs": dict(self.attrs), "target": self.target, "schedule": self.schedule,
+                "content": self.content}
 
     @staticmethod
     def from_json(d: dict) -> "Workload":
         return Workload.make(d["file"], d["op"], d["shapes"], d.get("attrs"),
-                             d.get("target", "c"), d.get("schedule"))
+                             d.get("target", "c"), d.get("schedule"), d.get("content"))
 
     def __str__(self) -> str:
         sizes = ",".join(f"{k}={v}" for k, v in self.shapes)
         attrs = "".join(f" {k}={v}" for k, v in self.attrs)
         return f"{self.op}[{sizes}]{attrs} for {self.target}"
+
+
+def content_digest(op_def, blocks) -> str:
+    """The digest of an op's source (``op_def``, its AST) and of its schedule blocks."""
+    text = "\n".join([unparse.item(op_def), *sorted(unparse.item(b) for b in blocks)])
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 @functools.cache

@@ -23,6 +23,7 @@ import hashlib
 import json
 import math
 import os
+import shutil
 import statistics
 import tempfile
 import time
@@ -204,6 +205,34 @@ JOBS = {"build": build_candidate, "run": run_candidate}
 
 # -------------------------------------------------------------------------- the measurer
 
+FOLDER_PREFIX = "tdsl-measure-"
+
+
+def sweep_stale_folders(root: str | None = None) -> None:
+    """Remove the measurement folders of tuners that died without cleaning up (SIGKILL runs
+    no finalizer): ``tdsl-measure-<pid>-*`` of ours whose process is gone."""
+    root = Path(root or tempfile.gettempdir())
+    for folder in root.glob(f"{FOLDER_PREFIX}*-*"):
+        pid = folder.name[len(FOLDER_PREFIX):].split("-", 1)[0]
+        try:
+            if not pid.isdigit() or folder.is_symlink() or \
+                    folder.stat().st_uid != os.getuid() or _alive(int(pid)):
+                continue
+        except OSError:
+            continue
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 class LocalMeasurer:
     """Builds in ``build_workers`` processes, times in one runner process, on this machine.
 
@@ -218,7 +247,8 @@ class LocalMeasurer:
         self.timeout, self.build_timeout = timeout, build_timeout
         self.min_seconds, self.repeats = min_seconds, repeats
         self.rtol, self.atol, self.seed = rtol, atol, seed
-        self.tmp = tempfile.mkdtemp(prefix="tdsl-measure-")
+        sweep_stale_folders()
+        self.tmp = tempfile.mkdtemp(prefix=f"{FOLDER_PREFIX}{os.getpid()}-")
         self._builders: list[Worker] = []
         self._runner: list[Worker] = []      # zero or one
         self._all: list[Worker] = []         # every live process, for clean-up at exit

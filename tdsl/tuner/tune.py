@@ -14,6 +14,7 @@ from __future__ import annotations
 import statistics
 import sys
 import time
+import warnings
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -48,6 +49,12 @@ class TuneResult:
     def errors(self) -> int:
         return sum(n for s, n in self.statuses.items() if s != "ok")
 
+    @property
+    def unit(self) -> str:
+        """GFLOP/s for an op with a float output; GOP/s (integer operations) otherwise."""
+        floats = any(t.dtype in ("f16", "f32", "f64") for t in self.task.fn.outputs)
+        return "GFLOP/s" if floats else "GOP/s"
+
     def summary(self) -> str:
         w = self.task.workload
         lines = [f"tuned {w} with {self.tuner}: {self.trials} trials"
@@ -57,12 +64,12 @@ class TuneResult:
             lines.append("no configuration ran successfully")
         else:
             lines.append(f"best configuration: {self.best_config}  "
-                         f"{self.best_gflops:.1f} GFLOP/s")
+                         f"{self.best_gflops:.1f} {self.unit}")
         for name, g in (("default schedule", self.default_gflops),
                         ("numpy (reference)", self.numpy_gflops)):
             if g:
                 ratio = f"  (best is {self.best_gflops / g:.2f}x)" if self.best_gflops else ""
-                lines.append(f"{name}: {g:.1f} GFLOP/s{ratio}")
+                lines.append(f"{name}: {g:.1f} {self.unit}{ratio}")
         if self.statuses:
             lines.append("results: " + ", ".join(f"{n} {s}" for s, n in
                                                  sorted(self.statuses.items())))
@@ -140,16 +147,22 @@ def _resume(task: Task, log, search, result: TuneResult) -> dict[int, float | No
     if log is None:
         return done
     default = task.space.default_index()
+    stale = 0
     for rec in records_for(read_log(log), task.workload, machine_fingerprint()):
         try:
             index = task.space.index(rec["config"])
         except (ScheduleError, TypeError, AttributeError):
-            continue                 # written by another version of the template
+            stale += 1               # written by another version of the template
+            continue
         if index in done:
             continue
         gflops = rec.get("gflops") if rec.get("status") == "ok" else None
         done[index] = gflops
         _account(result, index, rec["config"], rec.get("status", "?"), gflops, default)
+    if stale:
+        warnings.warn(f"{log}: skipped {stale} record(s) of {task.workload} whose knobs are "
+                      f"not this schedule's ({', '.join(task.space.names) or 'none'}): "
+                      "a knob renamed or its choices changed since", stacklevel=3)
     result.resumed = len(done)
     search.update(list(done.items()))
     return done
@@ -196,8 +209,8 @@ class Progress:
         width = 24
         filled = int(width * min(n, self.total) / max(self.total, 1))
         bar = "#" * filled + "." * (width - filled)
-        line = (f"[{bar}] {n}/{self.total} trials  best {result.best_gflops:.1f} GFLOP/s  "
-                f"errors {result.errors}")
+        line = (f"[{bar}] {n}/{self.total} trials  best {result.best_gflops:.1f} "
+                f"{result.unit}  errors {result.errors}")
         self.stream.write(("\r" + line) if self.tty else line + "\n")
         self.stream.flush()
 

@@ -291,15 +291,21 @@ class Builder:
         for d in range(len(pst.shape)):
             full = (te.Const(0, INDEX), self.bind(shape[d]))
             boxes = [B.relax(ld.indices[d], inner) for ld, inner in relaxed]
-            if not boxes or None in boxes:
+            # a gather's index (T[I[i]]) is data: its region is known only as the whole
+            # dimension (a region bounded by loads would need them loaded before the loop)
+            if not boxes or None in boxes or any(isinstance(x, te.Load) for box in boxes
+                                                 for end in box for x in te.walk(end)):
                 region.append(full)
                 continue
             lo, hi = boxes[0]
             for lo2, hi2 in boxes[1:]:
                 lo = simplify(te.Intrinsic("min", (lo, lo2), INDEX))
                 hi = simplify(te.Intrinsic("max", (hi, hi2), INDEX))
-            ext = simplify(te.Binary("+", te.Binary("-", hi, lo, INDEX), te.Const(1, INDEX),
-                                     INDEX))
+            # hi < lo where the readers' loops are empty (j in [0, D // 16) with D < 16):
+            # the region is empty then, not negative
+            ext = simplify(te.Intrinsic("max", (te.Binary(
+                "+", te.Binary("-", hi, lo, INDEX), te.Const(1, INDEX), INDEX),
+                te.Const(0, INDEX)), INDEX))
             if te.free_vars(ext) - set(self.free_shape_vars):
                 top = B.bounds(ext, ctx)[1]      # depends on outer loops: its largest value
                 if top is None:

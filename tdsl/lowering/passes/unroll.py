@@ -7,21 +7,55 @@ most `MAX_STATEMENTS` statements is replaced by ``body[v := min + 0]; body[v := 
 compiler keep a register tile's rows in registers (see anchors.md). Any other UNROLLED loop
 is kept for the emitter to print with an unroll pragma, as is one whose body allocates (the
 copies would declare one buffer several times in one C scope).
+
+What unrolling may produce is bounded: the statements of the function once every unrolled
+loop of constant extent is copied out (here or by the C compiler's pragma) may not exceed
+`MAX_UNROLLED_STATEMENTS`, or the schedule is refused here, naming the loop, rather than
+leaving gcc to work for minutes (a random schedule once took it 605 s).
 """
 from __future__ import annotations
 
 
+from ...errors import ScheduleError
 from .. import te
 from ..dtypes import INDEX
-from ..loop_ir import (Allocate, For, ForKind, LoweredFunc, Seq, rewrite_loops, rewrite_stmt,
-                       walk_stmt)
+from ..loop_ir import (Allocate, For, ForKind, LoweredFunc, Seq, Stmt, rewrite_loops,
+                       rewrite_stmt, walk_stmt)
 
 MAX_EXTENT = 32
 MAX_STATEMENTS = 512
+MAX_UNROLLED_STATEMENTS = 1 << 14
 
 
 def run(func: LoweredFunc) -> LoweredFunc:
-    return rewrite_loops(func, ForKind.UNROLLED, unroll_loop)
+    out = rewrite_loops(func, ForKind.UNROLLED, unroll_loop)
+    _unrolled_size(out.body, out.name)
+    return out
+
+
+def _unrolled_size(s: Stmt, fn_name: str) -> int:
+    """Statements of ``s`` with every constant unrolled loop copied out; a ScheduleError
+    past `MAX_UNROLLED_STATEMENTS`."""
+    children = [c for c in _children(s)]
+    size = 1 + sum(_unrolled_size(c, fn_name) for c in children)
+    if isinstance(s, For) and s.kind is ForKind.UNROLLED and isinstance(s.extent, te.Const):
+        size = 1 + int(s.extent.value) * (size - 1)
+        if size > MAX_UNROLLED_STATEMENTS:
+            raise ScheduleError(
+                f"In schedule of {fn_name}, unrolling {s.var.name} (extent {s.extent.value}) "
+                f"makes {size} statements, more than {MAX_UNROLLED_STATEMENTS} (the C "
+                f"compiler would take minutes)",
+                hint="unroll an inner loop split off by a small factor, or fewer loops")
+    return size
+
+
+def _children(s: Stmt):
+    for name in getattr(s, "__dataclass_fields__", {}):
+        v = getattr(s, name)
+        if isinstance(v, Stmt):
+            yield v
+        elif isinstance(v, tuple):
+            yield from (x for x in v if isinstance(x, Stmt))
 
 
 def unroll_loop(loop: For):
