@@ -50,15 +50,7 @@ def splice_call(inst, st: ast.CallStage) -> None:
         raise
     except TdslError as e:
         raise CheckError(e.message, call.span, e.hint) from None
-    if len(args) != len(fn.inputs):
-        n = len(fn.inputs)
-        raise CheckError(f"op {call.func} takes {n} argument{'s' * (n != 1)}, got {len(args)}",
-                         call.span)
-    if len(st.targets) != len(fn.outputs):
-        n = len(st.targets)
-        raise CheckError(f"op {call.func} has {len(fn.outputs)} output"
-                         f"{'s' * (len(fn.outputs) != 1)} but {n} name"
-                         f"{' is' if n == 1 else 's are'} assigned", st.span)
+    check_arity(fn, args, st, call)
     binding = bind_sizes(fn, args, call)
     taken = {v.name for x in kwargs.values() if isinstance(x, te.Expr) for v in te.free_vars(x)}
     renamed = _copy_stages(fn, args, binding, st.targets, taken, inst.spliced | set(inst.stages))
@@ -86,6 +78,19 @@ def unknown_op_hint(name: str, in_scope) -> str:
     if close:
         return f"did you mean '{close[0]}'?" + ("" if close[0] in in_scope else " (import std)")
     return "define it in this file or import the file that does"
+
+
+def check_arity(fn: te.Function, args, st, call: ast.Call, hint: str | None = None) -> None:
+    """A call of ``fn`` (in an op or a graph) has its arguments and assigns its outputs."""
+    if len(args) != len(fn.inputs):
+        n = len(fn.inputs)
+        raise CheckError(f"op {call.func} takes {n} argument{'s' * (n != 1)}, got {len(args)}",
+                         call.span, hint=hint)
+    if len(st.targets) != len(fn.outputs):
+        n = len(st.targets)
+        raise CheckError(f"op {call.func} has {len(fn.outputs)} output"
+                         f"{'s' * (len(fn.outputs) != 1)} but {n} name"
+                         f"{' is' if n == 1 else 's are'} assigned", st.span)
 
 
 def bind_sizes(fn: te.Function, args, call) -> dict[te.Var, te.Expr]:

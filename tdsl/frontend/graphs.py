@@ -16,7 +16,7 @@ from ..lowering import affine, te
 from ..lowering.dtypes import DTYPES, INDEX
 from ..lowering.graph.ir import Graph, Node, Value
 from . import ast
-from .calls import bind_sizes, differ, differ_hint, unknown_op_hint
+from .calls import bind_sizes, check_arity, differ, differ_hint, unknown_op_hint
 from .exprs import const_value
 
 
@@ -145,16 +145,7 @@ class _Checker:
             names.append(a.id)
         attrs = {k: const_value(v, {}) for k, v in call.kwargs}
         fn = callee.instantiate(attrs, [t.ndim for t in args], at=call.span)
-        if len(args) != len(fn.inputs):
-            n = len(fn.inputs)
-            raise CheckError(f"op {call.func} takes {n} argument{'s' * (n != 1)}, got "
-                             f"{len(args)}", call.span, hint=f"{call.func} is defined at "
-                             f"{callee.ast.span}")
-        if len(st.targets) != len(fn.outputs):
-            n = len(st.targets)
-            raise CheckError(f"op {call.func} has {len(fn.outputs)} output"
-                             f"{'s' * (len(fn.outputs) != 1)} but {n} name"
-                             f"{' is' if n == 1 else 's are'} assigned", st.span)
+        check_arity(fn, args, st, call, hint=f"{call.func} is defined at {callee.ast.span}")
         binding = bind_sizes(fn, args, call)
         for var in fn.shape_vars:
             if var not in binding:       # a size no argument's shape determines

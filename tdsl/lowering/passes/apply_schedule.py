@@ -22,7 +22,7 @@ from ..simplify import ceil_div, simplify
 from . import layout
 from .schedule_checks import (fail as _fail, int_arg as _int, leaf as _leaf,
                               live_stage as _live_stage, new_names as _new_names,
-                              untouched as _untouched)
+                              storage_dim, untouched as _untouched)
 from .stage_graph import FuseRel, SplitRel, StageGraph, StageState, initial, state_of
 
 
@@ -349,14 +349,8 @@ def _rfactor(g: StageGraph, d: S.RFactor) -> None:
 def _storage_align(g: StageGraph, d: S.StorageAlign) -> None:
     st = _live_stage(g, d.stage, d.span)
     what = f"storage_align {d.axis}"
-    if st.is_output:
-        _fail(st, what, f"{st.name} is an output: its layout is the caller's array", d.span)
-    dims = [iv.var.name for iv in st.data]
-    if d.axis not in dims:
-        _fail(st, what, f"{d.axis} is not a dimension of {st.name} (dimensions: "
-              f"{', '.join(dims) or 'none'})", d.span)
-    dim = dims.index(d.axis)
-    if dim == len(dims) - 1:
+    dim = storage_dim(st, d.axis, what, d.span)
+    if dim == len(st.data) - 1:
         _fail(st, what, "the innermost dimension has stride 1; align the one outside it to "
               "pad rows", d.span)
     factor = _int(d.factor, st, what, "factor", d.span)

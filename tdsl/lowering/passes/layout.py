@@ -22,20 +22,14 @@ from .. import schedule as S
 from .. import te
 from ..dtypes import INDEX
 from ..simplify import ceil_div, divides, simplify
-from .schedule_checks import fail, int_arg, live_stage, new_names
+from .schedule_checks import fail, int_arg, live_stage, new_names, storage_dim
 from .stage_graph import StageGraph, StageState
 
 
 def pack(g: StageGraph, d: S.Pack) -> None:
     st = live_stage(g, d.stage, d.span)
     what = f"pack {d.axis} by {d.factor!r}"
-    dims = [iv.var.name for iv in st.data]
-    if st.is_output:
-        fail(st, what, f"{st.name} is an output: its layout is the caller's array (cache_write "
-             f"it first, and pack the cache stage)", d.span)
-    if d.axis not in dims:
-        fail(st, what, f"{d.axis} is not a dimension of {st.name} (dimensions: "
-             f"{', '.join(dims) or 'none'})", d.span)
+    dim = storage_dim(st, d.axis, what, d.span)
     if st.relations or st.annotations or st.tensorize or st.align or st.pad \
             or st.leaves != [iv.var.name for iv in st.data + st.reduce]:
         fail(st, what, f"a layout must be given before the other directives on {st.name} "
@@ -49,21 +43,14 @@ def pack(g: StageGraph, d: S.Pack) -> None:
         if g.stages[r].tensorize:
             fail(st, what, f"its reader {r} is tensorized, and a micro-kernel reads the "
                  "layout it was written for", d.span)
-    _repack(g, st, dims.index(d.axis), f, d.outer, d.inner)
+    _repack(g, st, dim, f, d.outer, d.inner)
 
 
 def pad(g: StageGraph, d: S.Pad) -> None:
     st = live_stage(g, d.stage, d.span)
     what = f"pad {d.axis}"
-    dims = [iv.var.name for iv in st.data]
-    if st.is_output:
-        fail(st, what, f"{st.name} is an output: its extent is the caller's array (cache_write "
-             f"it first, and pad the cache stage)", d.span)
-    if d.axis not in dims:
-        fail(st, what, f"{d.axis} is not a dimension of {st.name} (dimensions: "
-             f"{', '.join(dims) or 'none'})", d.span)
+    dim = storage_dim(st, d.axis, what, d.span, "extent")
     m = int_arg(d.multiple, st, what, "multiple", d.span)
-    dim = dims.index(d.axis)
     if st.pad.get(dim, m) != m:
         fail(st, what, f"{d.axis} is already padded to a multiple of {st.pad[dim]}", d.span)
     st.pad[dim] = m

@@ -50,6 +50,19 @@ def int_arg(x, st, what, name, span, low=1) -> int:
     return v
 
 
+def storage_dim(st: StageState, axis: str, what: str, span, changes: str = "layout") -> int:
+    """The dimension ``axis`` of a stage whose storage a directive changes (layout, extent):
+    an output's storage is the caller's array, so it must be a stage of the op's own."""
+    if st.is_output:
+        fail(st, what, f"{st.name} is an output: its {changes} is the caller's array "
+             f"(cache_write it first, and change the cache stage)", span)
+    dims = [iv.var.name for iv in st.data]
+    if axis not in dims:
+        fail(st, what, f"{axis} is not a dimension of {st.name} (dimensions: "
+             f"{', '.join(dims) or 'none'})", span)
+    return dims.index(axis)
+
+
 def new_names(st: StageState, names, what, span) -> None:
     if len(set(names)) != len(names):
         fail(st, what, f"the new axes need distinct names, not {', '.join(names)}", span)
