@@ -67,17 +67,6 @@ GRAPHS = [("kws_dscnn_int8", None), ("mlp", {"B": 1}), ("mobilenet_block", {"B":
 MODELS = Path(__file__).resolve().parent.parent / "examples" / "models"
 
 
-def int8_weights(graph, seed=0) -> dict:
-    rng = np.random.default_rng(seed)
-    out = {}
-    for name in graph.params:
-        v = graph.ir.value(name)
-        shape = tuple(int(d.value) for d in v.shape)
-        out[name] = rng.integers(-128, 128, shape).astype(np.int8) if v.dtype == "i8" else \
-            rng.integers(-3000, 3000, shape).astype(np.int32)
-    return out
-
-
 def largest_live_set(graph, weights, shapes) -> int:
     """Bytes of the graph's intermediate values live at once at the busiest kernel."""
     from tdsl.graph_api import CompiledGraph, bind_sizes
@@ -102,8 +91,7 @@ def graph_rows(target, tmp: Path) -> None:
           f"{'code':>6} {'arena':>7} {'live max':>8} {'naive':>7}")
     for name, shapes in GRAPHS:
         graph = tdsl.load(MODELS / f"{name}.tdsl")[name]
-        weights = int8_weights(graph) if name.endswith("int8") else \
-            graph.random_params(shapes=shapes)
+        weights = graph.random_params(shapes=shapes)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")    # fused kernels' schedule fallbacks
             module = graph.emit_embedded(target, weights, shapes)

@@ -67,7 +67,9 @@ class Graph:
 
     def random_params(self, seed: int = 0, shapes: dict | None = None) -> dict:
         """Random weights of the declared shapes (``shapes`` gives sizes they leave open):
-        normal with a spread of 1/sqrt(fan-in), a batch_norm's variance positive."""
+        normal with a spread of 1/sqrt(fan-in), a batch_norm's variance positive; integer
+        weights (int8 models) over the whole int8 range, wider ones (int32 biases) over
+        +-3000, the size of a few accumulated int8 products."""
         rng = np.random.default_rng(seed)
         sizes = {te.Var(k): v for k, v in (shapes or {}).items()}
         positive = {n.inputs[4] for n in self.ir.nodes if n.op == "batch_norm"
@@ -80,6 +82,12 @@ class Graph:
             except KeyError as e:
                 raise TdslError(f"weight '{name}' has the size {e.args[0]}: give it with "
                                 f"shapes=") from None
+            dtype = to_numpy(v.dtype)
+            if np.issubdtype(dtype, np.integer):
+                low, high = (-3000, 3000) if np.iinfo(dtype).bits > 8 else \
+                    (np.iinfo(dtype).min, np.iinfo(dtype).max)
+                out[name] = rng.integers(low, high + 1, shape).astype(dtype)
+                continue
             fan_in = int(np.prod(shape[1:])) if len(shape) > 1 else 1
             a = rng.standard_normal(shape) / np.sqrt(max(fan_in, 1))
             if name in positive:

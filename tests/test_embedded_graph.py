@@ -27,17 +27,6 @@ def kws():
     return tdsl.load(MODELS / f"{KWS}.tdsl")[KWS]
 
 
-def kws_weights(graph, seed=0):
-    rng = np.random.default_rng(seed)
-    out = {}
-    for name in graph.params:
-        v = graph.ir.value(name)
-        shape = tuple(int(d.value) for d in v.shape)
-        out[name] = rng.integers(-128, 128, shape).astype(np.int8) if v.dtype == "i8" else \
-            rng.integers(-3000, 3000, shape).astype(np.int32)
-    return out
-
-
 def _quiet(fn, *args, **kw):
     with warnings.catch_warnings():      # schedule fallbacks of fused kernels are not ours
         warnings.simplefilter("ignore")
@@ -48,7 +37,7 @@ def _quiet(fn, *args, **kw):
 def test_int8_dscnn_graph_is_bit_exact_on_target(spec):
     target = target_or_skip(spec)
     g = kws()
-    w = kws_weights(g)
+    w = g.random_params()
     x = np.random.default_rng(1).integers(-128, 128, (1, 1, 49, 10)).astype(np.int8)
     built = _quiet(g.build, target, params=w)
     np.testing.assert_array_equal(built(x), g.reference(x, params=w))
@@ -116,7 +105,7 @@ def _largest_live_set(graph, weights) -> int:
 
 def test_arena_is_the_largest_live_set_and_weights_are_static_const():
     g = kws()
-    w = kws_weights(g)
+    w = g.random_params()
     module = _quiet(g.emit_embedded, "c-embedded", w)
     assert module.entry == f"{KWS}_run"
     assert f"int {KWS}_run(const int8_t *restrict x, int8_t *restrict y, void *arena);" \
@@ -133,7 +122,7 @@ def test_flash_is_the_weights_plus_less_than_8_kb_on_cortex_m4(tmp_path):
     if not can_measure(target):
         pytest.skip(f"{binutil(target, 'size')} is not installed")
     g = kws()
-    w = kws_weights(g)
+    w = g.random_params()
     module = _quiet(g.emit_embedded, target, w)
     obj = compile_object(module, target, tmp_path, flags=("-Os",))
     size = code_size(obj, target)
@@ -152,12 +141,12 @@ def test_graph_c_is_warning_free_everywhere(spec, tmp_path):
     if not can_measure(target):
         pytest.skip(f"{target.compiler} or its binutils are not installed")
     g = kws()
-    compile_object(_quiet(g.emit_embedded, target, kws_weights(g)), target, tmp_path)
+    compile_object(_quiet(g.emit_embedded, target, g.random_params()), target, tmp_path)
 
 
 def test_cli_builds_a_graph(tmp_path, capsys):
     g = kws()
-    np.savez(tmp_path / "w.npz", **kws_weights(g))
+    np.savez(tmp_path / "w.npz", **g.random_params())
     args = ["build", str(MODELS / f"{KWS}.tdsl"), "--graph", KWS, "--target", "c-embedded",
             "-o", str(tmp_path / "out")]
     assert cli.main(args) == 1 and "--params" in capsys.readouterr().err
@@ -167,3 +156,10 @@ def test_cli_builds_a_graph(tmp_path, capsys):
     out = capsys.readouterr().out
     assert (tmp_path / "out" / f"{KWS}.c").exists() and (tmp_path / "out" / f"{KWS}.h").exists()
     assert "arena 10240 bytes" in out
+
+
+def test_random_int8_weights_span_the_int8_range():
+    """Integer weights are drawn as integers: scaled normals would all round to zero."""
+    w = kws().random_params()
+    int8 = [a for a in w.values() if a.dtype == np.int8]
+    assert int8 and all(a.min() < -64 and a.max() > 64 for a in int8 if a.size > 100)
