@@ -236,6 +236,29 @@ def gpu_cases(target):
         yield (f"conv2d {c}x{hw}x{hw}->{c}", 2 * c * c * 9 * hw * hw, std["conv2d"],
                (rand(1, c, hw, hw), rand(c, c, 3, 3)), {"padding": 1},
                lambda x, w: torch.nn.functional.conv2d(x, w, padding=1))
+    # the rest of the standard library's GPU schedules, at one ResNet/MobileNet-like size
+    # each (names without "conv2d" or "matmul": scripts/gpu_check.sh filters on those)
+    F = torch.nn.functional if torch is not None else None
+    c, hw = (32, 56) if target.kind == "opencl" else (256, 56)
+    yield (f"depthwise {c}x{hw}x{hw} 3x3", 2 * c * 9 * hw * hw, std["depthwise_conv2d"],
+           (rand(1, c, hw, hw), rand(c, 1, 3, 3)), {"padding": 1},
+           lambda x, w: F.conv2d(x, w, padding=1, groups=w.shape[0]))
+    out = (hw + 2 - 3) // 2 + 1
+    yield (f"max_pool {c}x{hw}x{hw} 3/2", c * 9 * out * out, std["max_pool2d"],
+           (rand(1, c, hw, hw),), {"kernel": 3, "stride": 2, "padding": 1},
+           lambda x: F.max_pool2d(x, 3, 2, 1))
+    yield (f"avg_pool {c}x{hw}x{hw} 3/2", c * 9 * out * out, std["avg_pool2d"],
+           (rand(1, c, hw, hw),), {"kernel": 3, "stride": 2, "padding": 1},
+           lambda x: F.avg_pool2d(x, 3, 2, 1, count_include_pad=False))
+    n = 8 if target.kind == "opencl" else 64
+    yield (f"global_pool {n}x512x7x7", n * 512 * 49, std["global_avg_pool2d"],
+           (rand(n, 512, 7, 7),), {}, lambda x: x.mean(dim=(2, 3)))
+    rows, d = (64, 1024) if target.kind == "opencl" else (4096, 4096)
+    yield (f"softmax {rows}x{d}", 5 * rows * d, std["softmax"], (rand(rows, d),), {},
+           lambda x: torch.softmax(x, -1))
+    yield (f"layer_norm {rows}x{d}", 8 * rows * d, std["layer_norm"],
+           (rand(rows, d), rand(d), rand(d)), {},
+           lambda x, g, b: F.layer_norm(x, (x.shape[-1],), g, b))
 
 
 def _torch_cuda_seconds(fn, arrays) -> float | None:

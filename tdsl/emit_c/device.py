@@ -27,6 +27,7 @@ from ..lowering.dtypes import to_c
 from ..lowering.loop_ir import Barrier, Buffer, ForKind, walk_stmt
 from .c import HostC
 from .lanes import mul
+from .expressions import POSTFIX
 from .printer import CFamilyPrinter, indent
 
 # host function return codes (the Python side turns them into errors)
@@ -58,6 +59,18 @@ class DeviceKernelPrinter(CFamilyPrinter):
         if s.thread_tag == "vthread":
             return self.visit_For(dataclasses.replace(s, kind=ForKind.SERIAL, thread_tag=None))
         return super().bind_thread(s)
+
+    def visit_Intrinsic(self, e: te.Intrinsic):
+        if e.name == "shuffle_down":       # from passes.thread_reduce, on targets that have it
+            value, offset = (self.expr(a) for a in e.args)
+            return self.shuffle_down(value, offset), POSTFIX
+        return super().visit_Intrinsic(e)
+
+    def shuffle_down(self, value: str, offset: str) -> str:
+        """The value of ``value`` in the lane ``offset`` above this one, within a warp."""
+        raise BuildError(f"the {self.language} backend has no warp shuffles",
+                         hint="lower for this target: its cross-thread reductions then use "
+                              "shared memory only")
 
     def thread_guard_needed(self, loop) -> bool:
         end = te.Binary("+", loop.min, loop.extent, loop.min.dtype)

@@ -147,7 +147,8 @@ class CFamilyPrinter(CExpressionPrinter):
                              hint="bind thread axes only in schedules for GPU targets")
         name = self.namer.bind(s.var, s.var.name)
         body = self._scoped_body(s.var, self.is_nonneg(s.min), s.body, s.kind)
-        end = self.expr(te.Binary("+", s.min, s.extent, s.min.dtype), PRECEDENCE["<"] + 1)
+        end = s.extent if _is_zero(s.min) else te.Binary("+", s.min, s.extent, s.min.dtype)
+        end = self.expr(end, PRECEDENCE["<"] + 1)
         index = f"const int64_t {name} = (int64_t)({self.thread_index[tag]})"
         index += ";" if _is_zero(s.min) else f" + {self.expr(s.min, MULTIPLICATIVE)};"
         if not self.thread_guard_needed(s):     # a block of its own: siblings may reuse the name

@@ -1,6 +1,7 @@
 """`CudaPrinter`: one kernel as CUDA C++, a `DeviceKernelPrinter` with CUDA's spellings:
 ``extern "C" __global__``, ``blockIdx``/``threadIdx``, ``__syncthreads()``, ``__shared__``
-arrays, ``__restrict__``, and the C99 math names (``expf``), which CUDA's device library has.
+arrays, ``__restrict__``, the C99 math names (``expf``), which CUDA's device library has, and
+``__shfl_down_sync`` for the warp steps of cross-thread reductions.
 """
 from __future__ import annotations
 
@@ -33,3 +34,6 @@ class CudaPrinter(DeviceKernelPrinter):
                     "blockIdx.z": "blockIdx.z", "threadIdx.x": "threadIdx.x",
                     "threadIdx.y": "threadIdx.y", "threadIdx.z": "threadIdx.z"}
     barrier = "__syncthreads();"
+
+    def shuffle_down(self, value: str, offset: str) -> str:
+        return f"__shfl_down_sync(0xffffffffu, {value}, {offset})"

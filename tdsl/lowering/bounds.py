@@ -223,10 +223,12 @@ def prove(cond: te.Expr, ctx: Ctx | None = None) -> bool | None:
 
 def _prove_linear(cond: te.Compare, ctx: Ctx) -> bool | None:
     """A comparison of index expressions, from the bounds of its linear form."""
-    if all(_hi(f, ctx, 0) is not None and _hi(f, ctx, 0) <= 0 for f in facts_of(cond)):
-        return True
-    if all(_hi(f, ctx, 0) is not None and _hi(f, ctx, 0) <= 0 for f in facts_of(cond, False)):
-        return False
+    # an empty list of facts proves nothing (``a != b`` implies no ``F <= 0``; ``all`` of
+    # nothing would "prove" ``a == b`` false)
+    for truth in (True, False):
+        facts = facts_of(cond, truth)
+        if facts and all(_hi(f, ctx, 0) is not None and _hi(f, ctx, 0) <= 0 for f in facts):
+            return truth
     return None
 
 

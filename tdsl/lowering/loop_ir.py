@@ -149,6 +149,21 @@ class Barrier(Stmt):
 
 
 @dataclass(frozen=True, slots=True)
+class ThreadReduce(Stmt):
+    """A cross-thread reduction (GPU): the ``extent`` partial results ``buffer[0..extent)``
+    (shared, one per thread of ``tag``, written before this statement) are combined with
+    ``combiner`` ("sum", "prod", "max", "min") into ``result[0]`` (shared, one element),
+    which every thread of the block may read after it. Built by `build_nests` for a
+    reduction axis bound to a thread axis; `passes.thread_reduce` expands it into log-depth
+    steps (and warp shuffles where the target has them) before the barrier pass."""
+    buffer: "Buffer"
+    result: "Buffer"
+    combiner: str
+    extent: int
+    tag: str
+
+
+@dataclass(frozen=True, slots=True)
 class Evaluate(Stmt):
     """An expression evaluated for its side effect, e.g. a tensorized micro-kernel call."""
     value: Expr

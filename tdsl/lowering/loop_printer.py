@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from . import te
 from .loop_ir import (AddressOf, Allocate, Barrier, Broadcast, BufferLoad, Call, Evaluate, For,
-                      ForKind, If, LetStmt, LoweredFunc, Ramp, ReadFault, Seq, Stmt, Store)
+                      ForKind, If, LetStmt, LoweredFunc, Ramp, ReadFault, Seq, Stmt, Store,
+                      ThreadReduce)
 from .te_printer import format_expr as _format_te
 
 INDENT = "  "
@@ -102,6 +103,8 @@ def _lines(s: Stmt, depth: int) -> list[str]:
                     *_lines(body, depth)]
         case Barrier(scope):
             return [f"{pad}barrier({scope})"]
+        case ThreadReduce(buffer, result, combiner, extent, tag):
+            return [f"{pad}{result.name}[0] = {combiner} over {tag} of {buffer.name}[0:{extent}]"]
         case Evaluate(value):
             return [f"{pad}{format_expr(value)}"]
     raise AssertionError(f"unknown statement {type(s).__name__}")

@@ -20,7 +20,7 @@ from .default_schedule import default_schedule
 from .loop_ir import LoweredFunc
 from .read_regions import reads
 from .passes import (apply_schedule, barriers, bounds_check, build_nests, flatten, partition,
-                     simplify, unroll, vectorize, verify as verify_pass)
+                     simplify, thread_reduce, unroll, vectorize, verify as verify_pass)
 from .schedule import Schedule
 from .sizes import stage_shapes
 from .thread_bindings import check as check_thread_bindings
@@ -39,9 +39,15 @@ PIPELINE = [
     ("simplify", simplify.run),
 ]
 
-# GPU targets: barriers go in first, while guards are still where the schedule put them (the
-# pass moves guards off the barriers; the in-bounds pass then guards what it cannot prove).
+# GPU targets: cross-thread reductions become log-depth steps (warp shuffles where the
+# target has them), then barriers go in, while guards are still where the schedule put them
+# (the pass moves guards off the barriers; the in-bounds pass then guards what it cannot
+# prove).
 GPU_PIPELINE = [("simplify", simplify.run), ("barriers", barriers.run), *PIPELINE[1:]]
+
+
+def gpu_pipeline(target) -> list:
+    return [("thread_reduce", lambda f: thread_reduce.run(f, target)), *GPU_PIPELINE]
 
 
 def lower(fn: te.Function, schedule: Schedule | None = None, config: dict | None = None,
@@ -68,7 +74,7 @@ def lower(fn: te.Function, schedule: Schedule | None = None, config: dict | None
                                             "fixed_sizes": dict(shapes or {})})
     _after("build_nests", func, dump, verify)
     if pipeline is None:
-        pipeline = GPU_PIPELINE if target.is_gpu else PIPELINE
+        pipeline = gpu_pipeline(target) if target.is_gpu else PIPELINE
     for name, step in pipeline:
         func = step(func)
         _after(name, func, dump, verify)

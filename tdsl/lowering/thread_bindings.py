@@ -12,8 +12,14 @@ On a GPU target (CUDA, OpenCL), after the directives are applied:
   run on one thread of one block); stages computed at a consumer's loop run on the
   consumer's threads and need no binding of their own.
 
-Binding a reduction axis needs a cross-thread reduction, which `apply_schedule` refuses at
-the ``bind``. On a CPU target any ``bind`` is refused: there are no threads to bind to.
+- a reduction axis bound to a ``threadIdx`` axis is a cross-thread reduction (the block's
+  threads each fold a share, then combine their partial results in log-depth steps): it
+  needs a constant number of threads (a split factor), one such loop per stage, the
+  stage's data loops outside its reduction loops and no other ``threadIdx`` loop in the
+  stage (the whole block takes part). Binding a reduction to ``blockIdx`` is refused by
+  `apply_schedule` at the ``bind``: blocks can't combine results within one launch.
+
+On a CPU target any ``bind`` is refused: there are no threads to bind to.
 """
 from __future__ import annotations
 
@@ -50,6 +56,7 @@ def check(g: StageGraph, directives, target) -> None:
                                     hint="bind each of threadIdx.x/y/z and blockIdx.x/y/z "
                                          "once per stage")
             seen[tag] = axis
+        _check_cross_thread(st, bound, binds)
         threads, last = 1, None
         for axis, tag in bound.items():
             ext = st.extents.get(axis)
@@ -79,3 +86,34 @@ def check(g: StageGraph, directives, target) -> None:
                                 hint=f"split a data loop and bind the parts, e.g. `bo, ti = "
                                      f"split({name}.{st.leaves[0]}, 64)`, `bind(bo, "
                                      f"blockIdx.x)`, `bind(ti, threadIdx.x)`")
+
+
+def _check_cross_thread(st, bound: dict, binds: dict) -> None:
+    across = [a for a in st.leaves if st.kind[a] == "reduce" and a in bound]
+    if not across:
+        return
+    axis = across[0]
+    d = binds.get((st.name, axis))
+    span = d.span if d else None
+
+    def fail(why: str, hint: str):
+        raise ScheduleError(f"In schedule of {st.name}, can't bind {axis} to {bound[axis]} "
+                            f"(a cross-thread reduction): {why}; loops are: {st.loops()}",
+                            span, hint=hint)
+    if len(across) > 1:
+        fail(f"{across[1]} is a reduction loop bound too",
+             "bind one reduction loop per stage; fuse the axes first to share threads")
+    if not isinstance(st.extents.get(axis), te.Const):
+        fail(f"a cross-thread reduction needs a constant number of threads, and {axis} "
+             f"runs over {st.extents.get(axis)}",
+             f"split it by a constant and bind the inner part: `ro, ri = split({st.name}."
+             f"{axis}, 128)`, `bind(ri, threadIdx.x)`")
+    first = min(st.leaves.index(a) for a in st.leaves if st.kind[a] == "reduce")
+    inner_data = [a for a in st.leaves[first:] if st.kind[a] == "data"]
+    if inner_data:
+        fail(f"the data loop {inner_data[0]} is inside the reduction loops",
+             "reorder the data loops outside the reduction loops")
+    others = [a for a, tag in bound.items() if a != axis and tag.startswith("threadIdx")]
+    if others:
+        fail(f"{others[0]} is bound to {bound[others[0]]}: every thread of the block takes "
+             f"part in the reduction", "bind the other loops to blockIdx, or keep them serial")

@@ -137,13 +137,16 @@ def _annotate(kind: ForKind, verb: str):
         st = _live_stage(g, d.stage, d.span)
         what = f"{verb} {d.axis}"
         _leaf(st, d.axis, what, d.span)
-        if st.kind[d.axis] == "reduce" and kind is ForKind.THREAD_BINDING:
-            _fail(st, what, f"it is a reduction axis, and binding one needs a cross-thread "
-                  f"reduction (threads would race on {st.name}); keep it serial", d.span)
-        if st.kind[d.axis] == "reduce" and kind is not ForKind.UNROLLED:
+        tag = getattr(d, "thread_tag", None)
+        if st.kind[d.axis] == "reduce" and kind is ForKind.THREAD_BINDING \
+                and not (tag or "").startswith("threadIdx"):
+            _fail(st, what, f"it is a reduction axis: blocks can't share a result, only the "
+                  f"threads of one block reduce together (threads would race on "
+                  f"{st.name}); bind it to a threadIdx axis or keep it serial", d.span)
+        if st.kind[d.axis] == "reduce" and kind not in (ForKind.UNROLLED,
+                                                        ForKind.THREAD_BINDING):
             _fail(st, what, f"it is a reduction axis (iterations would race on {st.name})",
                   d.span)
-        tag = getattr(d, "thread_tag", None)
         if kind is ForKind.THREAD_BINDING and tag not in S.THREAD_TAGS:
             _fail(st, what, f"unknown thread tag {tag!r}; tags are: "
                   f"{', '.join(S.THREAD_TAGS)}", d.span)

@@ -36,7 +36,7 @@ from .. import bounds as B
 from .. import te
 from ..dtypes import INDEX, is_float, to_numpy
 from ..loop_ir import (Allocate, Buffer, BufferLoad, For, ForKind, If, LoweredFunc, Seq,
-                       Stmt, Store)
+                       Stmt, Store, ThreadReduce)
 from ..simplify import ceil_div, divides, simplify
 from . import tensorize
 from .stage_graph import FuseRel, SplitRel, StageGraph, StageState
@@ -204,6 +204,15 @@ class Builder:
         outer_part = place(guards, 0, p, top=True)
         inner_att = {k - p: v for k, v in attach.items() if k >= p}
         outer_att = {k: v for k, v in attach.items() if k < p}
+        across = [k for k in range(p, n) if loops[k][2] is ForKind.THREAD_BINDING]
+        if st.combiner and across:
+            if inner_att:
+                raise BuildError(f"stage {st.name} reduces across threads, and a stage is "
+                                 f"computed inside its reduction loops",
+                                 hint="compute the producer at a loop outside the reduction")
+            update = self.cross_thread(st, loops, p, across[0], guards, value_ir, pre,
+                                       store, out_index)
+            return _nest(loops[:p], update, outer_part, outer_att)
         if t is not None:
             if place(guards, t, n) or any(k >= t for k in attach):
                 raise tensorize.error(st, "the nest below it has a tail guard or an attached "
@@ -219,6 +228,38 @@ class Builder:
         if st.combiner:
             update = _seq(_init_nest(st, loops, p, guards, store, out_index), update)
         return _nest(loops[:p], update, outer_part, outer_att)
+
+    def cross_thread(self, st: StageState, loops, p: int, q: int, guards, value, pre,
+                     store: Access, out_index) -> Stmt:
+        """A reduction whose loop ``q`` is bound to a thread axis (`thread_bindings` checked
+        that the data loops are outside, before ``p``): each thread folds its share (the
+        other reduction loops) into a register, stores it in a shared array of one slot per
+        thread, and a `ThreadReduce` combines the slots; every thread then stores the
+        result."""
+        var, ext, _, tag = loops[q]
+        if not isinstance(ext, te.Const):
+            raise BuildError(f"the loop {var.name} of {st.name} reduces across {tag} over "
+                             f"{ext} threads, not a constant",
+                             hint="split the reduction axis by a constant and bind the inner "
+                                  "part")
+        red = Buffer(self.fresh(st.name, "red").name, st.dtype, (ext,), "shared")
+        out = Buffer(self.fresh(st.name, "red_out").name, st.dtype, (te.Const(1, INDEX),),
+                     "shared")
+        part = Buffer(self.fresh(st.name, "part").name, st.dtype, (), "local")
+        other = [lp for k, lp in enumerate(loops) if k >= p and k != q]
+        pos = {lp[0]: k for k, lp in enumerate(other)}
+        placed = [(c, max((pos[v] for v in te.free_vars(c) if v in pos), default=-1))
+                  for c in guards if te.free_vars(c) & ({var} | set(pos))]
+        mine = BufferLoad(part, (), st.dtype)
+        fold = _nest(other, _wrap(pre, Store(part, (), combine(st.combiner, mine, value))),
+                     placed, {})
+        share = For(var, te.Const(0, INDEX), ext, ForKind.THREAD_BINDING,
+                    Allocate(part, _seq(Store(part, (), identity(st.combiner, st.dtype)), fold,
+                                        Store(red, (var,), mine))), tag)
+        result = BufferLoad(out, (te.Const(0, INDEX),), st.dtype)
+        return Allocate(red, Allocate(out, _seq(
+            share, ThreadReduce(red, out, st.combiner, int(ext.value), tag),
+            Store(store.buffer, out_index, result))))
 
     def attachments(self, st: StageState, value, loops, ranges, access):
         """The stages computed at one of ``st``'s loops: ``{position: [(buffer, nest)]}``,
