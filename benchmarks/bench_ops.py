@@ -26,6 +26,7 @@ import numpy as np
 
 import tdsl
 from tdsl.emit_c.peak import measure_peak_gflops
+from tdsl.emit_cuda import unavailable_reason as cuda_unavailable_reason
 from tdsl.tuner.log import Workload
 from tdsl.tuner.task import Task
 from tdsl.tuner.tune import tune
@@ -297,6 +298,9 @@ def gpu_main(args, target) -> int:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             kernel = op.build(target=target, shapes=shapes, tuning_log=args.log, **attrs)
+        if target.kind == "cuda" and cuda_unavailable_reason() is not None:
+            print(f"{name:28} built; not run: {cuda_unavailable_reason()}", flush=True)
+            continue
         out = kernel(*arrays)                       # checked once, with the copies
         np.testing.assert_allclose(out, op.reference(*arrays, **attrs), rtol=2e-3, atol=2e-3)
         t = min(kernel.device_seconds(*arrays, reps=3 if target.kind == "opencl" else 20)

@@ -6,6 +6,9 @@
 # data on the device, beside PyTorch's cuBLAS/cuDNN when PyTorch with CUDA is installed).
 #
 #     bash scripts/gpu_check.sh            # from anywhere; about 2-4 minutes
+#     bash scripts/gpu_check.sh --dry-run  # no GPU: every build step (nvcc for sm_90 and its
+#                                          # PTX), the runs skipped ("no CUDA device"), and
+#                                          # nothing installed (tdsl from this checkout)
 #
 # Needs: an NVIDIA GPU with its driver, python3 with pip, gcc. nvcc is used from PATH (or
 # /usr/local/cuda/bin); without one, the CUDA toolkit's pip wheels are installed (the CUDA
@@ -13,25 +16,36 @@
 # runtime's headers and libraries through CPATH and LIBRARY_PATH.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+dry=0
+[ "${1:-}" = "--dry-run" ] && dry=1
 start=$(date +%s)
 say() { printf '\n== %s (%ss)\n' "$*" "$(( $(date +%s) - start ))"; }
 
 say "the GPU"
-if ! command -v nvidia-smi >/dev/null; then
-    echo "nvidia-smi not found: this script needs an NVIDIA GPU and its driver" >&2
-    exit 2
-fi
-nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv
-cap=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d ' .')
-driver_cuda=$(nvidia-smi | sed -n 's/.*CUDA Version: *\([0-9]*\)\..*/\1/p' | head -1)
-echo "compute capability sm_${cap}; the driver supports CUDA ${driver_cuda:-?}"
+if [ "$dry" = 1 ]; then
+    echo "dry run: no GPU needed; building for sm_90"
+    cap=90
+    driver_cuda=""
+    export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+else
+    if ! command -v nvidia-smi >/dev/null; then
+        echo "nvidia-smi not found: this script needs an NVIDIA GPU and its driver" \
+             "(or --dry-run)" >&2
+        exit 2
+    fi
+    nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv
+    cap=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d ' .')
+    driver_cuda=$(nvidia-smi | sed -n 's/.*CUDA Version: *\([0-9]*\)\..*/\1/p' | head -1)
+    echo "compute capability sm_${cap}; the driver supports CUDA ${driver_cuda:-?}"
 
-say "Python packages"
-python3 -m pip install --quiet --disable-pip-version-check -e '.[test]'
+    say "Python packages"
+    python3 -m pip install --quiet --disable-pip-version-check -e '.[test]'
+fi
 
 say "nvcc"
 export PATH="$PATH:/usr/local/cuda/bin"
 if ! command -v nvcc >/dev/null; then
+    [ "$dry" = 1 ] && { echo "dry run: nvcc not found (nothing is installed in a dry run)" >&2; exit 2; }
     if [ "${driver_cuda:-13}" -ge 13 ]; then
         wheels="nvidia-cuda-nvcc nvidia-cuda-runtime nvidia-cuda-cccl"
     else
@@ -55,7 +69,11 @@ python3 -m tdsl target "$target"
 say "CUDA correctness suite"
 export TDSL_CACHE_DIR="${TDSL_CACHE_DIR:-$PWD/.tdsl-gpu-cache}"
 export TDSL_TEST_CUDA_TARGET="$target"
-python3 -m pytest -q -p no:cacheprovider tests/test_stdlib_cuda.py tests/test_gpu_lowering.py
+# nvcc builds dominate: one test process per core (pytest-xdist)
+workers=$(python3 -c 'import os; print(max(1, min(16, len(os.sched_getaffinity(0)))))')
+[ "$dry" = 1 ] && workers=${TDSL_GPU_CHECK_WORKERS:-2}
+python3 -m pytest -q -p no:cacheprovider -n "$workers" -rs tests/test_stdlib_cuda.py \
+    tests/test_gpu_lowering.py tests/test_gpu_reductions.py
 
 say "CUDA benchmark"
 python3 benchmarks/bench_ops.py --target "$target" matmul conv2d

@@ -14,9 +14,9 @@ def unavailable_reason() -> str | None:
     try:
         lib = ffi.dlopen("libcuda.so.1")
     except OSError:
-        return "no NVIDIA driver (libcuda.so.1) on this machine"
+        return "no CUDA device: no NVIDIA driver (libcuda.so.1) on this machine"
     count = ffi.new("int*")
     rc = lib.cuInit(0)
     if rc != 0 or lib.cuDeviceGetCount(count) != 0 or count[0] == 0:
-        return f"the NVIDIA driver finds no GPU (cuInit returned {rc})"
+        return f"no CUDA device: the NVIDIA driver finds no GPU (cuInit returned {rc})"
     return None

@@ -24,7 +24,10 @@ A reduction ``T[i] = sum[k](body)`` whose first reduction loop is at position ``
 leaf order gets, inside the loops before ``p``: an init nest over the data loops after ``p``
 storing the identity, then the update nest ``T[i] = T[i] + body``. So moving a reduction
 loop outside a data loop is legal. A Reduce nested inside a bigger expression is computed
-first into a rank-0 local accumulator.
+first into a rank-0 local accumulator. A reduction with a loop bound to a thread axis (GPU;
+`thread_bindings` checked the loop order) reduces across threads instead: each thread folds
+its share into a register and a shared slot, and a `ThreadReduce` combines the slots
+(expanded by `passes.thread_reduce`).
 """
 from __future__ import annotations
 
