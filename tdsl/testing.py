@@ -96,7 +96,9 @@ def gpu_schedules(draw, fn: te.Function, target):
     """A random legal GPU schedule for ``fn``: the automatic one, or random tiles and
     bindings: each stage computed at root either has its data loops fused and split in
     blocks of threads on x, or its last two data loops tiled over 2-D blocks (the loops
-    outside run in every thread); intermediates are inlined or computed at root at random."""
+    outside run in every thread), or (a reduction) a block per element with the reduction
+    split across its threads (a cross-thread reduction); intermediates are inlined or
+    computed at root at random."""
     if draw(st.booleans()):
         return default_schedule(fn, None, target), ["auto"]
     sched, steps = Schedule(fn), []
@@ -112,6 +114,23 @@ def gpu_schedules(draw, fn: te.Function, target):
         if t.name in inlined or not data:
             continue
         factors = [f for f in GPU_FACTORS if f <= target.max_threads]
+        body = t.op.body
+        if isinstance(body, te.Reduce) and draw(st.booleans()):
+            # a block per output element, its reduction across the block's threads
+            raxes = [ax.var.name for ax in body.axes]
+            block, red = data[0], raxes[0]
+            if len(data) > 1:
+                block = "f"
+                sched = sched.fuse(t.name, *data, fused=block)
+            if len(raxes) > 1:
+                red = "r"
+                sched = sched.fuse(t.name, *raxes, fused=red)
+            factor = draw(st.sampled_from(factors))
+            sched = sched.bind(t.name, block, "blockIdx.x").split(t.name, red, factor, "ro", "rt") \
+                .bind(t.name, "rt", "threadIdx.x")
+            steps.append(f"a block per {t.name} element, its reduction split by {factor} "
+                         f"across threads")
+            continue
         if len(data) >= 2 and draw(st.booleans()):
             fx, fy = draw(st.sampled_from(factors)), draw(st.sampled_from(factors))
             if fx * fy > target.max_threads:
