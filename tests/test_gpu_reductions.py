@@ -13,7 +13,7 @@ from tdsl.errors import BuildError
 from tdsl.emit_cuda import emit_cuda
 from tdsl.emit_opencl import unavailable_reason
 from tdsl.lowering import te
-from tdsl.lowering.loop_ir import Barrier, Store, walk_stmt
+from tdsl.lowering.loop_ir import Allocate, Barrier, Store, walk_stmt
 
 needs_opencl = pytest.mark.skipif(unavailable_reason() is not None,
                                   reason=f"OpenCL: {unavailable_reason()}")
@@ -137,3 +137,41 @@ schedule two for gpu {
 """
     with pytest.raises(BuildError, match="each thread\\s+would run the whole"):
         tdsl.loads(src, "two.tdsl")["two"].lower(target="opencl")
+
+
+# ---------------------------------------------------------------------------- the templates
+
+def _shared(func) -> dict:
+    """Shared buffers and their element counts (lowered buffers are flat)."""
+    return {s.buffer.name: math.prod(int(d.value) for d in s.buffer.shape)
+            for s in walk_stmt(func.body)
+            if isinstance(s, Allocate) and s.buffer.scope == "shared"}
+
+
+@pytest.mark.parametrize("target", ["cuda", "opencl"])
+def test_convolution_templates_tile_through_shared_memory(target):
+    """The knobs size the tiles: conv2d's input tile is tc channels x (th + kt - 1) x
+    (tw + kt - 1) at stride 1, its weights tf x tc x kt x kt; depthwise's tile is one plane's
+    (th + kt - 1) x (tw + kt - 1)."""
+    cfg = {"tf": 16, "rf": 2, "th": 4, "tw": 8, "rx": 2, "tc": 4, "kt": 3, "taps": "loop"}
+    func = tdsl.stdlib["conv2d"].lower(target=target, config=cfg, padding=1)
+    assert _shared(func) == {"XS": 4 * 6 * 10, "WS": 16 * 4 * 3 * 3}
+    func = tdsl.stdlib["depthwise_conv2d"].lower(
+        target=target, config={"th": 4, "tw": 32, "rx": 4, "kt": 2, "taps": "unrolled"},
+        padding=1)
+    assert _shared(func) == {"XS": 5 * 33, "WS": 2 * 2}
+
+
+def test_pool_templates_load_their_windows_into_shared_memory():
+    func = tdsl.stdlib["max_pool2d"].lower(target="opencl", config={"th": 4, "tw": 16},
+                                           kernel=3, stride=2, padding=1)
+    assert _shared(func) == {"XS": 9 * 33}        # (4 - 1) * 2 + 3 by (16 - 1) * 2 + 3
+    func = tdsl.stdlib["global_avg_pool2d"].lower(target="cuda", config={"threads": 64})
+    assert _shuffles(func) == 5
+
+
+def test_layer_norm_and_softmax_templates_reduce_across_threads():
+    for name in ("softmax", "layer_norm"):
+        func = tdsl.stdlib[name].lower(target="opencl", config={"threads": 128})
+        assert _barriers(func) == 2 * (7 + 2)                # two log-depth reductions
+        assert _shuffles(tdsl.stdlib[name].lower(target="cuda")) == 2 * 5
