@@ -25,7 +25,8 @@ import dataclasses
 from .. import te
 from ..bounds import Ctx, bounds, conjoin, conjuncts, prove
 from ..dtypes import INDEX
-from ..loop_ir import For, ForKind, If, LoweredFunc, Seq, Stmt, rewrite_stmt
+from ..loop_ir import (Barrier, For, ForKind, If, LoweredFunc, Seq, Stmt, rewrite_stmt,
+                       walk_stmt)
 from ..simplify import Lin, from_linear, linear, simplify
 
 
@@ -103,7 +104,11 @@ def _split_point(c: te.Expr, v: te.Var, inner: list) -> te.Expr | None:
 
 
 def _partition(loop: For) -> Stmt | None:
-    if loop.kind is ForKind.VECTORIZED:
+    # a thread-bound loop is each thread's index, its extent the launch's: not split; nor a
+    # loop holding a barrier (GPU), whose split point could differ between the threads that
+    # must all reach the barrier
+    if loop.kind in (ForKind.VECTORIZED, ForKind.THREAD_BINDING, ForKind.VTHREAD) or \
+            any(isinstance(x, Barrier) for x in walk_stmt(loop.body)):
         return None
     cands = _candidates(loop)
     if not cands:
