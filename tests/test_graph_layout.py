@@ -182,3 +182,13 @@ def test_tdsl_graph_prints_the_layouts(capsys):
                      "--layout", "off"]) == 0
     out = capsys.readouterr().out
     assert "NCHW8c" not in out and "-> r1: 1x32x32x32 NCHW" in out
+
+
+def test_a_blocked_conv_kernel_is_a_tuning_task_with_conv2d_nchwc_s_knobs():
+    from tdsl.tuner.fused_task import fused_tasks
+    g = load("small_cnn")
+    c = CompiledGraph(g, g.random_params(), {"B": 1}, True, True, "c", True)
+    tasks = fused_tasks(c)
+    conv = next(t for t in tasks if t.workload.op.endswith(
+        "conv2d_nchwc+bias_add_nchwc+add+relu@r3"))
+    assert {"nb", "tx", "order", "rows"} <= set(conv.space.names) and len(conv.space) > 1
