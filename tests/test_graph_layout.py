@@ -110,6 +110,19 @@ graph g(x: f32[1, 16, 8, 8]) -> (y: f32[1, 16, 8, 8], z: f32[1, 16, 10, 10]) {
     assert c.ir.nodes[-1].outputs == ("y",) and c.layouts["y"] == "NCHW"
 
 
+def test_a_blocked_graph_output_read_by_an_nchw_op_is_still_computed():
+    g = tdsl.loads("""import std
+graph g(x: f32[1, 8, 6, 6]) -> (c: f32[1, 8, 6, 6], z: f32[1, 8, 8, 8]) {
+    param w: f32[8, 8, 3, 3]
+    c = conv2d(x, w; padding=1)
+    z = pad2d(c; padding=1)
+}""")["g"]
+    c = CompiledGraph(g, g.random_params(), {}, False, True, "c -lanes=8", True)
+    assert [(n.op, n.outputs) for n in c.ir.nodes] == [
+        ("to_nchwc", ("x_nchw8c",)), ("conv2d_nchwc", ("c_nchwc",)), ("from_nchwc", ("c",)),
+        ("pad2d", ("z",))]
+
+
 # ---------------------------------------------------------------------------- numbers
 
 @needs_gcc

@@ -26,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable
 
+from ...errors import TdslError
 from .. import te
 from ..dtypes import INDEX
 from .ir import Graph, Node, Value, eval_size
@@ -125,7 +126,7 @@ class _Rewriter:
             return False
         try:
             fn = node.opdef.instantiate(dict(node.attrs), [5] * len(node.inputs))
-        except Exception:       # an op of fixed rank 4: it stays NCHW
+        except TdslError:       # an op that takes no rank 5: it stays NCHW
             return False
         if any(ph.ndim != 5 for ph in fn.inputs):
             return False
@@ -176,8 +177,9 @@ class _Rewriter:
         return self.edges[(v, block)]
 
     def _nchw(self, v: str) -> str:
+        """The NCHW version of blocked ``v`` (a graph output's is the output itself)."""
         if v not in self.plain:
-            self._from_blocked(v, self._fresh(f"{v}_nchw"))
+            self._from_blocked(v, v if v in self.graph.outputs else self._fresh(f"{v}_nchw"))
         return self.plain[v]
 
     def _from_blocked(self, v: str, out: str) -> None:
