@@ -56,6 +56,13 @@ def test_the_blocked_ops_references_agree_with_numpy():
     np.testing.assert_allclose(got, blocked(want, 6), rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(std["global_avg_pool2d_nchwc"].reference(xb),
                                x.mean(axis=(2, 3)), rtol=1e-5, atol=1e-6)
+    dw = rand((8, 1, 3, 3), 3)
+    dwp = std["pack_depthwise_weights"].reference(dw, block=4)
+    np.testing.assert_array_equal(dwp, dw[:, 0].reshape(2, 4, 3, 3).transpose(0, 2, 3, 1))
+    np.testing.assert_allclose(
+        std["depthwise_conv2d_nchwc"].reference(xb, dwp, stride=2, padding=1),
+        blocked(std["depthwise_conv2d"].reference(x, dw, stride=2, padding=1), 4),
+        rtol=1e-5, atol=1e-5)
     np.testing.assert_array_equal(std["max_pool2d_nchwc"].reference(xb, kernel=2),
                                   blocked(std["max_pool2d"].reference(x, kernel=2), 4))
 
@@ -65,6 +72,7 @@ def test_only_a_contraction_vectorized_along_the_output_takes_a_residual():
     assert vectors_along_output(std["conv2d_nchwc"].function())
     assert vectors_along_output(std["matmul"].function())
     assert not vectors_along_output(std["conv2d"].function())
+    assert vectors_along_output(std["depthwise_conv2d_nchwc"].function())
     assert not vectors_along_output(std["depthwise_conv2d"].function())
 
 
@@ -124,6 +132,16 @@ graph g(x: f32[1, 8, 6, 6]) -> (c: f32[1, 8, 6, 6], z: f32[1, 8, 8, 8]) {
 
 
 # ---------------------------------------------------------------------------- numbers
+
+def test_a_mobilenet_block_stays_blocked_through_its_depthwise_convs():
+    g = load("mobilenet_block")
+    c = CompiledGraph(g, g.random_params(), {"B": 1}, True, True, "c -lanes=8", True)
+    ops = [n.op for n in c.ir.nodes]
+    assert ops.count("to_nchwc") == 1 and ops.count("from_nchwc") == 1
+    assert ops[-1] == "from_nchwc" and "depthwise_conv2d_nchwc" in ops
+    assert [tuple(f.ops) for f in c.functions][1] == ("depthwise_conv2d_nchwc",
+                                                      "bias_add_nchwc", "clip")
+
 
 @needs_gcc
 @pytest.mark.parametrize("name, shape", [("small_cnn", (1, 3, 32, 32)),

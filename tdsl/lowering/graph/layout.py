@@ -10,6 +10,8 @@ program order:
   first layer of 3 channels by the largest divisor of C up to ``lanes``), the weights
   through ``pack_conv_weights``, a weight-only node that constant folding computes at build
   time;
+- a standard ``depthwise_conv2d`` whose channels are a multiple of ``lanes`` to
+  ``depthwise_conv2d_nchwc`` (weights through ``pack_depthwise_weights``, folded too);
 - ops on a blocked value that have a blocked form: ``bias_add`` (bias through
   ``pack_channels``), elementwise ops (any op whose every input is read at the output's own
   indices, re-instantiated at rank 5: relu, add, clip ...), ``max_pool2d`` and
@@ -81,6 +83,8 @@ class _Rewriter:
         op = node.op
         if self._is_std(node, "conv2d"):
             return self._conv(node)
+        if self._is_std(node, "depthwise_conv2d"):
+            return self._depthwise(node)
         blocked_in = [v for v in node.inputs if v in self.blocked]
         if not blocked_in or len(node.outputs) != 1:
             return False
@@ -113,6 +117,16 @@ class _Rewriter:
         wp = self._weight_node("pack_conv_weights", w,
                                {"in_block": cin, "out_block": self.lanes}, "_packed")
         self._emit("conv2d_nchwc", (xb, wp), node, dict(node.attrs), blocked=True)
+        return True
+
+    def _depthwise(self, node: Node) -> bool:
+        x, w = node.inputs
+        xs = self._orig_shape(x)
+        if len(xs) != 4 or xs[1] % self.lanes or len(self._orig_shape(w)) != 4:
+            return False
+        xb = self.blocked[x] if x in self.blocked else self._to_blocked(x, self.lanes)
+        wp = self._weight_node("pack_depthwise_weights", w, {"block": self.lanes}, "_packed")
+        self._emit("depthwise_conv2d_nchwc", (xb, wp), node, dict(node.attrs), blocked=True)
         return True
 
     def _elementwise(self, node: Node) -> bool:

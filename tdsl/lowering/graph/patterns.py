@@ -110,13 +110,14 @@ def output_is_reduction(fn: te.Function) -> bool:
 
 
 def vectors_along_output(fn: te.Function) -> bool:
-    """Whether the output is one contraction ``sum(a * b)`` whose innermost output axis is
-    the last index, alone, of every load on one side and absent from the other: a vector of
-    consecutive outputs is a contiguous vector of one operand times a broadcast of the
-    other (the blocked ``conv2d_nchwc``'s ``W[.., fi]``, matmul's ``B[k, j]``; not the NCHW
-    ``conv2d``, whose ``x`` reads ``Xp[.., x + s]``). A register tile then holds vectors
-    along the output's contiguous axis, and an epilogue reads any tensor of the output's
-    shape (a residual) as whole vectors too."""
+    """Whether the output is one contraction ``sum(a * b)`` in which the innermost output
+    axis, wherever a load uses it, is that load's last index, alone: a vector of
+    consecutive outputs then reads contiguous vectors (or broadcasts) of its operands (the
+    blocked ``conv2d_nchwc``'s ``W[.., fi]``, ``depthwise_conv2d_nchwc``'s ``Xp[.., ci]``
+    and ``W[.., ci]``, matmul's ``B[k, j]``; not the NCHW ``conv2d``, whose ``x`` reads
+    ``Xp[.., x + s]``). A register tile then holds vectors along the output's contiguous
+    axis, and an epilogue reads any tensor of the output's shape (a residual) as whole
+    vectors too."""
     out = fn.outputs[0] if len(fn.outputs) == 1 else None
     if out is None or out.is_placeholder or not out.op.axes:
         return False
@@ -124,14 +125,8 @@ def vectors_along_output(fn: te.Function) -> bool:
     if not isinstance(r, te.Reduce) or not isinstance(r.body, te.Binary) or r.body.op != "*":
         return False
     inner = out.op.axes[-1].var
-
-    def uses(side):
-        return [inner in te.free_vars(i) for ld in te.loads(side) for i in ld.indices]
-
-    def last_alone(side):
-        loads = list(te.loads(side))
-        return bool(loads) and all(ld.indices and ld.indices[-1] == inner and
-                                   not any(inner in te.free_vars(i) for i in ld.indices[:-1])
-                                   for ld in loads)
-    a, b = r.body.a, r.body.b
-    return (last_alone(a) and not any(uses(b))) or (last_alone(b) and not any(uses(a)))
+    using = [ld for ld in te.loads(r.body)
+             if any(inner in te.free_vars(i) for i in ld.indices)]
+    return bool(using) and all(
+        ld.indices[-1] == inner and not any(inner in te.free_vars(i) for i in ld.indices[:-1])
+        for ld in using)
