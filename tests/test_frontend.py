@@ -753,6 +753,7 @@ BLOCKED_OPS = {
     "pack_conv_weights": (["W"], ["in_block", "out_block"]), "pack_channels": (["B"], ["block"]),
     "conv2d_nchwc": (["X", "W"], ["stride", "padding", "dilation"]),
     "depthwise_conv2d_nchwc": (["X", "W"], ["stride", "padding", "dilation"]),
+    "conv2d_nchwc_valid": (["X", "W"], ["stride", "dilation"]),
     "pack_depthwise_weights": (["W"], ["block"]),
     "bias_add_nchwc": (["X", "B"], []),
     "max_pool2d_nchwc": (["X"], ["kernel", "stride", "padding"]),
@@ -761,7 +762,7 @@ BLOCKED_OPS = {
 
 
 def test_stdlib_has_exactly_the_required_ops():
-    assert len(STD_OPS) == 31 and len(QUANT_OPS) == 8 and len(BLOCKED_OPS) == 10
+    assert len(STD_OPS) == 31 and len(QUANT_OPS) == 8 and len(BLOCKED_OPS) == 11
     assert sorted(tdsl.stdlib) == sorted({**STD_OPS, **QUANT_OPS, **BLOCKED_OPS})
     assert tdsl.load("std") is tdsl.stdlib
 

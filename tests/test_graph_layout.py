@@ -54,6 +54,9 @@ def test_the_blocked_ops_references_agree_with_numpy():
     want = std["conv2d"].reference(x, w, stride=2, padding=1)
     got = std["conv2d_nchwc"].reference(xb, wp, stride=2, padding=1)
     np.testing.assert_allclose(got, blocked(want, 6), rtol=1e-5, atol=1e-5)
+    want = std["conv2d"].reference(x, w, stride=2)
+    got = std["conv2d_nchwc_valid"].reference(xb, wp, stride=2)
+    np.testing.assert_allclose(got, blocked(want, 6), rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(std["global_avg_pool2d_nchwc"].reference(xb),
                                x.mean(axis=(2, 3)), rtol=1e-5, atol=1e-6)
     dw = rand((8, 1, 3, 3), 3)

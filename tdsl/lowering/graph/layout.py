@@ -6,7 +6,7 @@ an epilogue fused into it (bias, relu, a residual add) run on them. This pass re
 program order:
 
 - a standard ``conv2d`` whose output channels are a multiple of ``lanes`` to
-  ``conv2d_nchwc`` (its output blocked by ``lanes``; its input blocked by ``lanes``, or for a
+  ``conv2d_nchwc`` (``conv2d_nchwc_valid`` without padding: no padded copy; its output blocked by ``lanes``; its input blocked by ``lanes``, or for a
   first layer of 3 channels by the largest divisor of C up to ``lanes``), the weights
   through ``pack_conv_weights``, a weight-only node that constant folding computes at build
   time;
@@ -116,7 +116,12 @@ class _Rewriter:
             xb = self._to_blocked(x, cin)
         wp = self._weight_node("pack_conv_weights", w,
                                {"in_block": cin, "out_block": self.lanes}, "_packed")
-        self._emit("conv2d_nchwc", (xb, wp), node, dict(node.attrs), blocked=True)
+        attrs = dict(node.attrs)
+        if attrs.get("padding", 0) == 0:        # no padded copy of the input to make
+            attrs.pop("padding", None)
+            self._emit("conv2d_nchwc_valid", (xb, wp), node, attrs, blocked=True)
+        else:
+            self._emit("conv2d_nchwc", (xb, wp), node, attrs, blocked=True)
         return True
 
     def _depthwise(self, node: Node) -> bool:
