@@ -209,7 +209,7 @@ def test_tdsl_graph_prints_the_layouts(capsys):
     assert cli.main(["graph", str(EXAMPLES / "small_cnn.tdsl"), "--shape", "B=1",
                      "--layout", "on", "--target", "c -lanes=8"]) == 0
     out = capsys.readouterr().out
-    assert "layout: NCHW8c, NCHW3c between convolutions (lanes 8)" in out
+    assert "layout: NCHW8c, NCHW1c between convolutions (lanes 8)" in out
     assert "conv2d_nchwc->c3 + bias_add_nchwc->n3 + add->s3 + relu->r3" in out
     assert "-> r3: 1x4x16x16x8 NCHW8c" in out
     assert cli.main(["graph", str(EXAMPLES / "small_cnn.tdsl"), "--shape", "B=1",

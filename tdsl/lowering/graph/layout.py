@@ -6,10 +6,10 @@ an epilogue fused into it (bias, relu, a residual add) run on them. This pass re
 program order:
 
 - a standard ``conv2d`` whose output channels are a multiple of ``lanes`` to
-  ``conv2d_nchwc`` (``conv2d_nchwc_valid`` without padding: no padded copy; its output blocked by ``lanes``; its input blocked by ``lanes``, or for a
-  first layer of 3 channels by the largest divisor of C up to ``lanes``), the weights
-  through ``pack_conv_weights``, a weight-only node that constant folding computes at build
-  time;
+  ``conv2d_nchwc`` (``conv2d_nchwc_valid`` without padding: no padded copy of the input),
+  its output blocked by ``lanes``, its input by ``lanes`` or, where ``lanes`` does not divide
+  its channels (an RGB image), by 1; the weights through ``pack_conv_weights``, a
+  weight-only node that constant folding computes at build time;
 - a standard ``depthwise_conv2d`` whose channels are a multiple of ``lanes`` to
   ``depthwise_conv2d_nchwc`` (weights through ``pack_depthwise_weights``, folded too);
 - ops on a blocked value that have a blocked form: ``bias_add`` (bias through
@@ -112,7 +112,9 @@ class _Rewriter:
         if x in self.blocked:
             xb, cin = self.blocked[x], self._block(x)
         else:
-            cin = max(d for d in range(1, min(c, self.lanes) + 1) if c % d == 0)
+            # a partial block (3 lanes of an RGB image) is a short inner loop of every
+            # tap: blocks of 1 (NCHW itself) measured 1.5x faster on ResNet-50's stem
+            cin = self.lanes if c % self.lanes == 0 else 1
             xb = self._to_blocked(x, cin)
         wp = self._weight_node("pack_conv_weights", w,
                                {"in_block": cin, "out_block": self.lanes}, "_packed")
