@@ -80,7 +80,6 @@ class _Rewriter:
     # ------------------------------------------------------------------ the rewrites
 
     def _rewrite(self, node: Node) -> bool:
-        op = node.op
         if self._is_std(node, "conv2d"):
             return self._conv(node)
         if self._is_std(node, "depthwise_conv2d"):
