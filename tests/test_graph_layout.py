@@ -147,7 +147,7 @@ def test_a_mobilenet_block_stays_blocked_through_its_depthwise_convs():
 
 
 @needs_gcc
-@pytest.mark.parametrize("name, shape", [("small_cnn", (1, 3, 32, 32)),
+@pytest.mark.parametrize("name, shape", [("small_cnn", (2, 3, 32, 32)),
                                          ("mobilenet_block", (1, 32, 28, 28))])
 def test_layout_on_and_off_fused_and_unfused_agree(name, shape):
     g = load(name)
