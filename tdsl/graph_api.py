@@ -205,7 +205,7 @@ class CompiledGraph:
             ir, weights, notes = fold.run(ir, weights, _std_op, sizes)
         self.layouts: dict[str, str] = {}       # value -> NCHW / NCHW16c (4- and 5-D)
         self.layout_notes: tuple[str, ...] = ()
-        if blocked and target.lanes > 1:
+        if blocked and target.kind == "c" and target.lanes > 1:   # the host, with SIMD
             ir, self.layouts, self.layout_notes = layout.run(ir, _std_op, sizes, target.lanes)
             if fold_consts:         # the packed weights, computed now rather than per call
                 ir, weights, packed = fold.run(ir, weights, _std_op, sizes)
