@@ -144,7 +144,7 @@ class Graph:
         target = as_target(target)
         weights = load_params(params, self.ir)
         sizes = bind_sizes(self.ir, weights, shapes)
-        compiled = CompiledGraph(self, weights, sizes, fuse, fold)
+        compiled = CompiledGraph(self, weights, sizes, fuse, fold, target)
         steps = []
         for f in compiled.functions:
             sched, _ = _schedule_for(f, self.module, target)
