@@ -26,7 +26,7 @@ from .lowering.graph import compose, fold, fuse, memory
 from .lowering.graph.ir import Graph as GraphIR, eval_size
 from .lowering.intrinsics import INTRINSICS
 from .lowering.lower import lower
-from .lowering.reference import evaluate
+from .lowering.reference.semantics import evaluate
 from .lowering.schedule import CacheWrite
 from .target import Target, as_target
 from .tuner.log import Workload, best_record, read_log

@@ -24,8 +24,8 @@ import numpy as np
 
 from ..errors import CallError
 from . import te
-from .simplify import linear
-from .reference_views import NotAnIndex, UnboundVar, eval_index
+from .arith.evaluate import NotAnIndex, UnboundVar, eval_index
+from .arith.linear import exact
 
 
 def argument(name: str, position: int) -> str:
@@ -133,12 +133,11 @@ def bind(params: Sequence[tuple[str, tuple[te.Expr, ...], str]], shapes: Sequenc
 def _solve(s: te.Expr, name: str, n: int, env: dict[str, int], arg: str, d: int) -> bool:
     """Bind ``name`` so that ``s == n`` when ``s`` is affine in it with the other sizes
     known; False if it is not. A CallError when no non-negative integer solves it."""
-    known = {te.Var(k): te.Const(v, "i64") for k, v in env.items()}
-    lin = linear(te.substitute(s, known))
+    lin = exact(s, env)
     var = te.Var(name)
-    if set(lin.terms) != {var}:
+    if lin is None or set(lin.terms) != {(var,)}:
         return False
-    a, c = lin.terms[var], lin.const
+    a, c = lin.coeff(var), lin.const
     if (n - c) % a or (n - c) // a < 0:
         raise CallError(f"{arg}: dimension {d} is {n}, which {s} equals for no "
                         f"integer {name} >= 0")

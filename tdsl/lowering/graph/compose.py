@@ -18,8 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .. import te
+from ..arith.simplify import simplify
 from ..dtypes import INDEX
-from ..simplify import simplify
 from .fuse import Group
 from .ir import Graph, Node, eval_size
 

@@ -23,9 +23,9 @@ import dataclasses
 
 from ...errors import ScheduleError
 from .. import te
+from ..arith.simplify import simplify
 from ..dtypes import INDEX
 from ..loop_ir import AddressOf, Call, Evaluate
-from ..simplify import simplify
 from .flatten import flat_index, strides_of
 
 
