@@ -47,15 +47,16 @@ def value(e: te.Expr, env: Mapping[str, int], what: str) -> int:
         raise CallError(f"{what}: {e} divides by zero with {_show_env(e, env)}") from None
     except NotAnIndex:
         raise CallError(f"{what}: {e} is not an integer shape expression") from None
-    if v < 0:
-        raise CallError(f"{what}: size {e} is {v} (negative) with {_show_env(e, env)}")
     for x in te.walk(e):
         # a window that does not fit: (IH - kernel) // stride + 1 with IH < kernel is 0 or
         # less only by the accident of floor division; a size divides no negative quantity
+        # (the checker keeps `// 1` in sizes for this: `arith.linear.normal_form`)
         if isinstance(x, te.Binary) and x.op in ("//", "%") and eval_index(x.a, env) < 0:
             raise CallError(f"{what}: in the size {e}, {x.a} is {eval_index(x.a, env)} "
                             f"(negative) with {_show_env(e, env)}: is an input smaller "
                             "than a window or kernel?")
+    if v < 0:
+        raise CallError(f"{what}: size {e} is {v} (negative) with {_show_env(e, env)}")
     return v
 
 

@@ -229,6 +229,11 @@ def equal(a: te.Expr, b: te.Expr) -> bool:
 
 
 def normal_form(e: te.Expr) -> te.Expr:
-    """An integer expression in its canonical rendering (unchanged when it is not one)."""
-    p = exact(e)
+    """A size expression in its canonical rendering (unchanged when it is not an integer one).
+
+    ``x // 1`` is kept: in a size, ``(IH - kernel) // stride + 1`` says that ``IH - kernel``
+    must not be negative (a window that fits its input, see `sizes.value`), whatever the
+    stride; folding it at stride 1 would turn an input smaller than its window into an empty
+    output."""
+    p = exact(e, keep_unit_division=True)
     return e if p is None else p.to_expr()
