@@ -44,24 +44,45 @@ class Linear:
     __slots__ = ("terms", "const")
 
     def __init__(self, terms: dict | None = None, const: int = 0):
-        self.terms: dict[Monomial, int] = {m: c for m, c in (terms or {}).items() if c != 0}
+        self.terms: dict[Monomial, int] = {m: c for m, c in terms.items() if c != 0} \
+            if terms else {}
         self.const = const
+
+    @staticmethod
+    def _of(terms: dict, const: int) -> "Linear":
+        """Without the check for zero coefficients (the caller knows there are none); the
+        lowering passes build many forms, so this is the fast path."""
+        out = Linear.__new__(Linear)
+        out.terms, out.const = terms, const
+        return out
 
     @staticmethod
     def atom(a: te.Expr, coef: int = 1) -> "Linear":
         return Linear({(a,): coef})
 
     def __add__(self, o: "Linear") -> "Linear":
+        if not o.terms:
+            return Linear._of(self.terms, self.const + o.const)
+        if not self.terms:
+            return Linear._of(o.terms, self.const + o.const)
         t = dict(self.terms)
         for m, c in o.terms.items():
-            t[m] = t.get(m, 0) + c
-        return Linear(t, self.const + o.const)
+            v = t.get(m, 0) + c
+            if v:
+                t[m] = v
+            else:
+                del t[m]
+        return Linear._of(t, self.const + o.const)
 
     def __sub__(self, o: "Linear") -> "Linear":
         return self + o.scale(-1)
 
     def scale(self, k: int) -> "Linear":
-        return Linear({m: c * k for m, c in self.terms.items()}, self.const * k)
+        if k == 1:
+            return self
+        if k == 0:
+            return Linear._of({}, 0)
+        return Linear._of({m: c * k for m, c in self.terms.items()}, self.const * k)
 
     def __mul__(self, o: "Linear") -> "Linear":
         if o.is_const:
@@ -111,7 +132,8 @@ class Linear:
 
         A positive term leads (``(IH + 1) // 2 - KH``, ``3 - N``), so no negation node
         appears unless every part is negative (``-2 * N - 3``)."""
-        order = sorted(self.terms, key=_monomial_key)
+        order = sorted(self.terms, key=_monomial_key) if len(self.terms) > 1 else \
+            list(self.terms)
         lead = next((m for m in order if self.terms[m] > 0), None)
         if lead is not None:
             order.remove(lead)
@@ -152,20 +174,20 @@ def const(v: int) -> Linear:
 def linear(e: te.Expr) -> Linear:
     """The form of an index expression: ``+``, ``-``, ``*`` and negation are opened, anything
     else is an atom as it stands."""
-    match e:
-        case te.Const(v):
-            return Linear({}, int(v))
-        case te.Var():
-            return Linear({(e,): 1})
-        case te.Binary("+", a, b):
-            return linear(a) + linear(b)
-        case te.Binary("-", a, b):
-            return linear(a) - linear(b)
-        case te.Binary("*", a, b):
-            return linear(a) * linear(b)
-        case te.Unary("-", a):
-            return linear(a).scale(-1)
-    return Linear({(e,): 1})
+    kind = type(e)              # dispatch on the type: the passes call this very often
+    if kind is te.Binary:
+        op = e.op
+        if op == "+":
+            return linear(e.a) + linear(e.b)
+        if op == "-":
+            return linear(e.a) - linear(e.b)
+        if op == "*":
+            return linear(e.a) * linear(e.b)
+    elif kind is te.Const:
+        return Linear._of({}, int(e.value))
+    elif kind is te.Unary and e.op == "-":
+        return linear(e.a).scale(-1)
+    return Linear._of({(e,): 1}, 0)
 
 
 def _is_int(dtype: str) -> bool:

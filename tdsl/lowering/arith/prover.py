@@ -141,11 +141,13 @@ def _upper(lin: Linear, ctx: Ctx, depth: int) -> int | None:
     if depth > _MAX_DEPTH:
         return None
     for _ in range(_MAX_DEPTH):
-        if not any(len(m) == 1 and m[0] in ctx.ranges for m in lin.terms):
+        # (a type test first: hashing a large atom is not cheap)
+        if not any(len(m) == 1 and type(m[0]) is te.Var and m[0] in ctx.ranges
+                   for m in lin.terms):
             break
         out = Linear({}, lin.const)
         for m, k in lin.terms.items():
-            if len(m) == 1 and m[0] in ctx.ranges:
+            if len(m) == 1 and type(m[0]) is te.Var and m[0] in ctx.ranges:
                 out = out + linear(ctx.ranges[m[0]][1 if k > 0 else 0]).scale(k)
             else:
                 out = out + Linear({m: k})
