@@ -35,11 +35,11 @@ from ...errors import BuildError
 from .. import te
 from ..arith import prover as B
 from ..arith.simplify import ceil_div, divides, simplify
+from ..directives import tensorize
+from ..directives.stage_graph import FuseRel, SplitRel, StageGraph, StageState
 from ..dtypes import INDEX, is_float, to_numpy
 from ..loop_ir import (Allocate, Buffer, BufferLoad, For, ForKind, If, LoweredFunc, Seq,
                        Stmt, Store)
-from ..stage_graph import FuseRel, SplitRel, StageGraph, StageState
-from . import tensorize
 from .flatten import aligned_strides
 
 

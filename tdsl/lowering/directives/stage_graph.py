@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..errors import ScheduleError
-from . import te
-from .loop_ir import ForKind
+from ...errors import ScheduleError
+from .. import te
+from ..loop_ir import ForKind
 
 
 @dataclass(frozen=True)

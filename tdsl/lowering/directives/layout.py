@@ -22,8 +22,8 @@ from .. import schedule as S
 from .. import te
 from ..arith.simplify import ceil_div, divides, simplify
 from ..dtypes import INDEX
-from ..schedule_checks import fail, int_arg, live_stage, new_names, storage_dim
-from ..stage_graph import StageGraph, StageState
+from .checks import fail, int_arg, live_stage, new_names, storage_dim
+from .stage_graph import StageGraph, StageState
 
 
 def pack(g: StageGraph, d: S.Pack) -> None:

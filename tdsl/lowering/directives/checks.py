@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import operator
 
-from ..errors import ScheduleError
+from ...errors import ScheduleError
 from .stage_graph import StageGraph, StageState
 
 

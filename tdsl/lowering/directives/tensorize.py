@@ -26,7 +26,7 @@ from .. import te
 from ..arith.simplify import simplify
 from ..dtypes import INDEX
 from ..loop_ir import AddressOf, Call, Evaluate
-from .flatten import flat_index, strides_of
+from ..passes.flatten import flat_index, strides_of
 
 
 class _Mismatch(Exception):
