@@ -15,6 +15,7 @@ import re
 from ..dsl import STD_DIR
 from ..errors import CheckError, TdslError
 from ..lowering import te
+from ..lowering.arith.evaluate import NotAnIndex, UnboundVar, eval_index
 from ..lowering.arith.linear import exact, normal_form
 from . import ast
 from .exprs import ExprConverter, const_value
@@ -152,24 +153,10 @@ def differ(a: te.Expr, b: te.Expr, valid=()) -> dict | None:
 def _eval(e: te.Expr, env: dict) -> int | None:
     """The value of an integer size expression, or None (unknown variable, division by 0,
     or an expression that is not integer arithmetic)."""
-    match e:
-        case te.Const(value, dtype) if dtype not in ("f32", "f64", "bool"):
-            return int(value)
-        case te.Var(name):
-            return env.get(name)
-        case te.Cast(x, dtype) if dtype not in ("f32", "f64", "bool"):
-            return _eval(x, env) if x.dtype not in ("f32", "f64", "bool") else None
-        case te.Unary("-", x):
-            v = _eval(x, env)
-            return None if v is None else -v
-        case te.Binary(op, x, y) | te.Intrinsic(op, (x, y)):
-            u, v = _eval(x, env), _eval(y, env)
-            if u is None or v is None or (op in ("//", "%") and v == 0):
-                return None
-            f = {"+": int.__add__, "-": int.__sub__, "*": int.__mul__, "//": int.__floordiv__,
-                 "%": int.__mod__, "min": min, "max": max}.get(op)
-            return None if f is None else f(u, v)
-    return None
+    try:
+        return eval_index(e, env)
+    except (UnboundVar, NotAnIndex, ZeroDivisionError):
+        return None
 
 
 def differ_hint(example: dict, a, b) -> str | None:
