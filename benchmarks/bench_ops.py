@@ -1,4 +1,5 @@
-"""tdsl's compiled C beside numpy (and PyTorch where installed), in one run, with ratios.
+"""tdsl's compiled C beside numpy (and PyTorch and onnxruntime where installed), in one run,
+with ratios.
 
     python benchmarks/bench_ops.py            # everything, with the hand schedules' defaults
     python benchmarks/bench_ops.py matmul     # cases whose name contains "matmul"
@@ -8,8 +9,8 @@
     python benchmarks/bench_ops.py --target opencl     # OpenCL (PoCL here) beside tdsl's C
     python benchmarks/bench_ops.py --target cuda       # CUDA beside PyTorch's cuBLAS/cuDNN
 
-Machines here are shared and noisy: read the ratios, not the absolute times. tdsl, numpy and
-PyTorch are timed in turn, three rounds; each figure is the best round's median of repeats
+Machines here are shared and noisy: read the ratios, not the absolute times. tdsl, numpy,
+PyTorch and onnxruntime (2 threads each) are timed in turn, three rounds; each figure is the best round's median of repeats
 after a warm-up (interference only ever adds time, and taking turns gives each the same
 chances); "ratio" is the baseline's time over tdsl's (> 1 means tdsl is faster).
 """
@@ -35,6 +36,12 @@ try:
     torch.set_num_threads(2)
 except ImportError:          # PyTorch is optional: its column is left empty
     torch = None
+
+try:
+    import onnx
+    import onnxruntime
+except ImportError:          # so is onnxruntime (the `onnx` extra)
+    onnxruntime = None
 
 CHAIN = """
 # gelu(x * a + b) in one pass
@@ -71,6 +78,9 @@ ROUNDS = 3
 
 
 def timeit(fn, min_time=0.3, repeats=7) -> float:
+    # the previous library's threads spin-wait for a while after its last call (OpenBLAS's
+    # and OpenMP's do), taking cores from whoever runs next: let them go idle first
+    time.sleep(0.25)
     fn()                                   # warm-up: page faults, lazy loading, caches
     t0 = time.perf_counter()
     fn()
@@ -141,6 +151,44 @@ def _t(a):
     return torch.from_numpy(a) if torch else None
 
 
+# onnxruntime: the same computation as one ONNX node (or two), the tensors as graph inputs
+ORT_NODES = {
+    "matmul": lambda: [("MatMul", ["x0", "x1"], {})],
+    "dense+bias+relu": lambda: [("Gemm", ["x0", "x1", "x2"], {"transB": 1}),
+                                ("Relu", ["t"], {})],
+    "dense": lambda: [("Gemm", ["x0", "x1", "x2"], {"transB": 1})],
+    "conv2d": lambda: [("Conv", ["x0", "x1"], {"pads": [1, 1, 1, 1]})],
+    "depthwise": lambda: [("Conv", ["x0", "x1"], {"pads": [1, 1, 1, 1], "group": 256})],
+    "softmax": lambda: [("Softmax", ["x0"], {"axis": 1})],
+    "layer_norm": lambda: [("LayerNormalization", ["x0", "x1", "x2"], {"axis": 1})],
+}
+
+
+def ort_fn(name, arrays):
+    """An onnxruntime session computing case ``name`` on ``arrays`` (None when onnxruntime
+    is not installed or the case has no ONNX form)."""
+    key = name.split(" ")[0]
+    if onnxruntime is None or key not in ORT_NODES:
+        return None
+    from onnx import TensorProto, helper
+    nodes, prev = [], None
+    for k, (op, ins, attrs) in enumerate(ORT_NODES[key]()):
+        ins = [prev if i == "t" else i for i in ins]
+        prev = f"y{k}"
+        nodes.append(helper.make_node(op, ins, [prev], **attrs))
+    inputs = [helper.make_tensor_value_info(f"x{i}", TensorProto.FLOAT, a.shape)
+              for i, a in enumerate(arrays)]
+    graph = helper.make_graph(nodes, key, inputs,
+                              [helper.make_tensor_value_info(prev, TensorProto.FLOAT, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    so = onnxruntime.SessionOptions()
+    so.intra_op_num_threads, so.inter_op_num_threads, so.log_severity_level = 2, 1, 3
+    sess = onnxruntime.InferenceSession(model.SerializeToString(), so,
+                                        providers=["CPUExecutionProvider"])
+    feed = {f"x{i}": a for i, a in enumerate(arrays)}
+    return lambda: sess.run(None, feed)
+
+
 def _np_softmax(x):
     e = np.exp(x - x.max(axis=1, keepdims=True))
     return e / e.sum(axis=1, keepdims=True)
@@ -186,8 +234,8 @@ def main(argv):
     print(f"target: {target}: {target.lanes} lanes, {target.registers} registers; "
           f"fp32 FMA peak measured now {peak:.0f} GFLOP/s (formula: "
           f"{target.peak_gflops():.0f}; `tdsl target --measure`)")
-    print(f"{'case':28} {'tdsl ms':>9} {'numpy ms':>9} {'torch ms':>9} "
-          f"{'vs numpy':>9} {'vs torch':>9} {'tdsl rate':>12}")
+    print(f"{'case':28} {'tdsl ms':>9} {'numpy ms':>9} {'torch ms':>9} {'ort ms':>9} "
+          f"{'vs numpy':>9} {'vs torch':>9} {'vs ort':>9} {'tdsl rate':>12}")
     for name, work, op, arrays, attrs, np_fn, torch_fn in cases():
         if args.filters and not any(f in name for f in args.filters):
             continue
@@ -204,11 +252,11 @@ def main(argv):
         ref = op.reference(*arrays, **attrs) if arrays[0].size <= (1 << 22) else None
         if ref is not None:
             np.testing.assert_allclose(out, ref, rtol=2e-3, atol=2e-3)
-        fns = [lambda: kernel(*arrays), np_fn, torch_fn]
+        fns = [lambda: kernel(*arrays), np_fn, torch_fn, ort_fn(name, arrays)]
         best = [math.inf if f else None for f in fns]
         for _ in range(ROUNDS):
             best = [min(b, timeit(f)) if f else None for b, f in zip(best, fns)]
-        t, tn, tt = best
+        t, tn, tt, to = best
         rate = ""
         if work and "GB/s" in name:
             rate = f"{work / t / 1e9:.1f} GB/s"
@@ -216,8 +264,8 @@ def main(argv):
             rate = f"{work / t / 1e9:.1f} GFLOP/s"
             if name.startswith("matmul"):
                 rate += f" ({100 * work / t / 1e9 / peak:.0f}% of peak)"
-        print(f"{name:28} {t * 1e3:9.3f} {_ms(tn)} {_ms(tt)} {_ratio(tn, t)} {_ratio(tt, t)} "
-              f"{rate:>12}", flush=True)
+        print(f"{name:28} {t * 1e3:9.3f} {_ms(tn)} {_ms(tt)} {_ms(to)} {_ratio(tn, t)} "
+              f"{_ratio(tt, t)} {_ratio(to, t)} {rate:>12}", flush=True)
 
 
 # ---------------------------------------------------------------------------- GPU targets

@@ -137,7 +137,7 @@ def test_a_tuning_record_applies_to_its_target_only(tmp_path):
     from tdsl.tuner.log import Workload, make_record
     op, shapes = tdsl.stdlib["matmul"], {"M": 64, "N": 64, "K": 64}
     v3 = "c -march=x86-64-v3"
-    config = {"ti": 4, "tj": 2 * Target(v3).lanes, "order": "ji", "ku": 1, "fused": False}
+    config = {"ti": 4, "tj": 2 * Target(v3).lanes, "nb": 1, "ku": 1, "pack": False}
     record = make_record(Workload.make("std", "matmul", shapes, {}, str(Target(v3))), config,
                          "ok", 1e-3, 1.0)
     log = tmp_path / "tune.jsonl"

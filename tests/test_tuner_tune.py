@@ -4,6 +4,7 @@ import math
 
 import pytest
 
+from tdsl.lowering.schedule import Knob, KnobExpr
 from tdsl.tuner.log import Workload, read_log
 from tdsl.tuner.measure import MeasureResult
 from tdsl.tuner.search import RandomTuner
@@ -14,7 +15,7 @@ WORKLOAD = Workload.make("std", "matmul", {"M": 64, "N": 64, "K": 64})
 
 
 class FakeMeasurer:
-    """Deterministic synthetic timings: fastest at ti=8, tj=48, order=ji; the configurations
+    """Deterministic synthetic timings: fastest at ti=8, tj=48, nb=2; the configurations
     with ku=4 and ti=4 'crash'. Counts what it was asked to measure."""
 
     def __init__(self, interrupt_after=None):
@@ -32,7 +33,7 @@ class FakeMeasurer:
                 out.append(MeasureResult(i, c, "crash", None, "SIGSEGV"))
                 continue
             cost = (1 + abs(c["ti"] - 8) / 4 + abs(c["tj"] - 48) / 16
-                    + (c["order"] == "ij") * 0.5 + (c["ku"] - 1) * 0.1)
+                    + (c["nb"] != 2) * 0.5 + (c["ku"] - 1) * 0.1)
             out.append(MeasureResult(i, c, "ok", 1e-4 * cost))
         return out
 
@@ -123,10 +124,11 @@ def test_exhausting_a_small_space_stops_early(tmp_path):
 
 
 def test_gbt_needs_fewer_trials_than_random_on_the_fake_cost():
-    # the knobs the fake cost ignores are fixed, so the whole space stays small enough to
-    # walk six times
+    # the knob the fake cost ignores is fixed and nb has two values, so the whole space
+    # stays small enough to walk six times
     base = Task(WORKLOAD)
-    task = Task(WORKLOAD, base.template.require({"pack": True, "fused": False}))
+    task = Task(WORKLOAD, base.template.require({"pack": True}).require(
+        KnobExpr("<=", (Knob("nb"), 2))))
 
     def trials_to_best(tuner, seed):
         m = FakeMeasurer()

@@ -75,12 +75,21 @@ def to_schedule(sdef: ast.ScheduleDef, fn: te.Function, intrinsics: dict | None 
                     default = max((c for c in choices if c <= default), default=choices[0])
             else:
                 choices = tuple(dict.fromkeys(_constant(c, consts) for c in st.choices))
+                if _is_number(default) and default not in choices \
+                        and all(_is_number(c) for c in choices):
+                    # a default computed from the target (`l2 // (32768 * lanes)`) snaps to
+                    # the nearest choice not above it, as a generated knob's does
+                    default = max((c for c in choices if c <= default), default=min(choices))
             sched = sched.knob(st.name, choices, default, span=st.span)
     knobs = {k.name: Knob(k.name) for k in sched.knobs}
     # a knob's name shadows a target constant of the same name
     names = {**consts, **knobs}
     owner: dict[str, str] = {}          # axis named in this block -> its stage
     return _apply_block(sched, sdef.body, names, owner, intrinsics or {}, top=True)
+
+
+def _is_number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
 def _constant(node, consts: dict):

@@ -10,8 +10,12 @@ in the guard with coefficient ``f``, the rest of the guard's left side ranging o
     for j.o in [0, P):      ...body without the guard...     # j.o*f + j.i <= P*f - 1 < N
     for j.o in [P, E):      ...body with the guard...        # the tail
 
-Only guards that mention a vectorized loop's variable are partitioned on (elsewhere a guard
-costs a compare per iteration, not a lost vectorization). After this pass, run the
+Only guards that mention a vectorized or an unrolled loop's variable are partitioned on: the
+first keep a loop from becoming vector code, the second keep a register tile from being
+straight-line code (a matmul tile of 12 rows over 1024 rows has its last rows guarded, and
+those guards would sit in the hot reduction loop of every tile). Elsewhere a guard costs a
+compare per iteration, not a lost vectorization. Every guard with the same split point on the
+loop goes at once (the tile's initialisation, its reduction and its store each have one). After this pass, run the
 simplifier: the tail of a constant-extent loop usually has one iteration.
 """
 from __future__ import annotations
@@ -38,14 +42,14 @@ def _visit(s: Stmt) -> Stmt:
 
 def _candidates(loop: For):
     """(conjunct, split point) pairs for guards below ``loop`` that mention a vectorized
-    loop variable and have the shape ``loop.var * f + r < B`` with ``0 <= r < f``."""
+    or unrolled loop variable and have the shape ``loop.var * f + r < B`` with ``0 <= r < f``."""
     out = []
 
     def scan(s: Stmt, inner: list, vec: set):
         match s:
             case For(var, mn, ext, kind, body, _):
-                scan(body, inner + [(var, mn, ext)],
-                     vec | {var} if kind is ForKind.VECTORIZED else vec)
+                hot = kind in (ForKind.VECTORIZED, ForKind.UNROLLED)
+                scan(body, inner + [(var, mn, ext)], vec | {var} if hot else vec)
             case If(c, then, orelse):
                 for part in conjuncts(c):
                     if vec & te.free_vars(part):
@@ -105,7 +109,8 @@ def _partition(loop: For) -> Stmt | None:
     cands = _candidates(loop)
     if not cands:
         return None
-    part, p = cands[0]
+    p = cands[0][1]
+    parts = {part for part, q in cands if q == p}
     mn, end = loop.min, simplify(te.Binary("+", loop.min, loop.extent, INDEX))
     ctx = Ctx()
     inside = prove(te.Logical("and", te.Compare("<=", mn, p), te.Compare("<=", p, end)), ctx)
@@ -114,7 +119,7 @@ def _partition(loop: For) -> Stmt | None:
 
     def drop(n):
         if isinstance(n, If):
-            kept = [x for x in conjuncts(n.cond) if x != part]
+            kept = [x for x in conjuncts(n.cond) if x not in parts]
             if len(kept) != len(conjuncts(n.cond)):
                 return If(conjoin(kept), n.then, n.orelse)
         return None
