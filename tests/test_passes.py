@@ -6,11 +6,11 @@ from hypothesis import strategies as st
 
 from tdsl.lowering import te
 from tdsl.lowering.arith.prover import Ctx, bounds, prove, relax
-from tdsl.lowering.loop_ir import (Allocate, Broadcast, Buffer, BufferLoad, For, ForKind, If,
-                                   LoweredFunc, Ramp, Seq, Store, walk_stmt)
+from tdsl.lowering.loop_ir import (Allocate, Barrier, Broadcast, Buffer, BufferLoad, For, ForKind,
+                                   If, LoweredFunc, Ramp, Seq, Store, walk_stmt)
 from tdsl.lowering.lower import lower
 from tdsl.lowering.passes import (bounds_check, flatten, partition, simplify as simplify_pass,
-                                  unroll, vectorize, verify)
+                                  unroll, unswitch, vectorize, verify)
 from tdsl.lowering.schedule import Schedule
 from tdsl.lowering.arith.simplify import simplify
 
@@ -299,14 +299,49 @@ def test_simplify_pass_drops_empty_and_trivial_loops():
     assert out == Seq((Store(b, (c(2),), c(2.0, "f32")), Store(b, (c(3),), c(3.0, "f32"))))
 
 
-def test_partition_only_for_vectorized_guards():
+def test_partition_only_for_vectorized_and_unrolled_guards():
     b = Buffer("B", "f32", (c(20),))
     guard = te.Compare("<", add(mul(io, c(8)), ii), c(20))
     inner = If(guard, Store(b, (add(mul(io, c(8)), ii),), c(1.0, "f32")))
-    for kind, parts in ((ForKind.VECTORIZED, 2), (ForKind.SERIAL, 1)):
+    for kind, parts in ((ForKind.VECTORIZED, 2), (ForKind.UNROLLED, 2), (ForKind.SERIAL, 1)):
         loop = For(io, c(0), c(3), ForKind.SERIAL, For(ii, c(0), c(8), kind, inner))
         out = partition.run(LoweredFunc("f", (b,), loop, (), 0)).body
         assert (len(out.stmts) if isinstance(out, Seq) else 1) == parts
+
+
+def _tile_with_tail_guard():
+    """for blk (parallel): for k: if (blk % 3 * 8 + 7 < 20) B[k] = 1 -- a register tile's
+    last row guard after its loops were fused (not linear in blk: partition can't)."""
+    b = Buffer("B", "f32", (c(20),))
+    guard = te.Compare("<", add(mul(mod(i, c(3)), c(8)), c(7)), c(20))
+    body = If(guard, Store(b, (j,), c(1.0, "f32")))
+    return b, guard, For(i, c(0), c(6), ForKind.PARALLEL, For(j, c(0), c(20), ForKind.SERIAL,
+                                                              body))
+
+
+def test_unswitch_takes_an_invariant_test_out_of_the_loop():
+    b, guard, loop = _tile_with_tail_guard()
+    out = unswitch.run(LoweredFunc("f", (b,), loop, (), 0)).body
+    assert isinstance(out.body, If) and out.body.cond == guard
+    fast, slow = out.body.then, out.body.orelse
+    assert fast == For(j, c(0), c(20), ForKind.SERIAL, Store(b, (j,), c(1.0, "f32")))
+    assert slow == loop.body                      # the tail keeps its test, once
+
+
+@pytest.mark.parametrize("why", ["depends on the loop", "reads a buffer", "barrier"])
+def test_unswitch_leaves_what_it_must(why):
+    b = Buffer("B", "f32", (c(20),))
+    if why == "depends on the loop":
+        body = If(te.Compare("<", j, c(7)), Store(b, (j,), c(1.0, "f32")))
+        loop = For(j, c(0), c(20), ForKind.SERIAL, body)
+    else:
+        cond = te.Compare("<", BufferLoad(b, (c(0),), "f32"), c(1.0, "f32")) \
+            if why == "reads a buffer" else te.Compare("<", i, c(7))
+        body = If(cond, Store(b, (j,), c(1.0, "f32")))
+        if why == "barrier":
+            body = Seq((Barrier(), body))
+        loop = For(j, c(0), c(20), ForKind.SERIAL, body)
+    assert unswitch.run(LoweredFunc("f", (b,), loop, (), 0)).body == loop
 
 
 def test_verify_catches_broken_invariants():

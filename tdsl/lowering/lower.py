@@ -20,7 +20,7 @@ from .default_schedule import default_schedule
 from .loop_ir import LoweredFunc
 from .read_regions import reads
 from .passes import (apply_schedule, barriers, bounds_check, build_nests, flatten, partition,
-                     simplify, unroll, vectorize, verify as verify_pass)
+                     simplify, unroll, unswitch, vectorize, verify as verify_pass)
 from .schedule import Schedule
 from .sizes import stage_shapes
 from .thread_bindings import check as check_thread_bindings
@@ -37,6 +37,7 @@ PIPELINE = [
     ("vectorize", vectorize.run),        # straight-line vectorized loops -> ramps/broadcasts
     ("unroll", unroll.run),              # small unrolled loops -> copies
     ("simplify", simplify.run),
+    ("unswitch", unswitch.run),          # tests that a loop does not change, taken before it
 ]
 
 # GPU targets: barriers go in first, while guards are still where the schedule put them (the
