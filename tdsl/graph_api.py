@@ -14,19 +14,18 @@ import warnings
 import numpy as np
 
 from .emit_c.kernel import build_kernel
-from .errors import BuildError, ScheduleError, TdslError
+from .errors import BuildError, CallError, ScheduleError, TdslError
 from .frontend import ast
 from .frontend.program import std_program
 from .frontend.schedules import to_schedule
 from .graph_weights import bind_sizes, check_inputs, load_params, sizes_text
-from .lowering import te
 from .lowering.default_schedule import default_schedule
 from .lowering.dtypes import to_numpy
 from .lowering.graph import compose, fold, fuse, layout, memory
 from .lowering.graph.ir import Graph as GraphIR, eval_size
 from .lowering.intrinsics import INTRINSICS
 from .lowering.lower import lower
-from .lowering.reference import evaluate
+from .lowering.reference.semantics import evaluate
 from .lowering.schedule import CacheWrite
 from .target import Target, as_target
 from .tuner.log import Workload, best_record, read_log
@@ -75,7 +74,7 @@ class Graph:
         weights (int8 models) over the whole int8 range, wider ones (int32 biases) over
         +-3000, the size of a few accumulated int8 products."""
         rng = np.random.default_rng(seed)
-        sizes = {te.Var(k): v for k, v in (shapes or {}).items()}
+        sizes = dict(shapes or {})
         positive = {n.inputs[4] for n in self.ir.nodes if n.op == "batch_norm"
                     and len(n.inputs) == 5}
         out = {}

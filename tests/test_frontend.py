@@ -388,7 +388,8 @@ def test_attributes_given_and_defaulted():
     assert header(f).endswith("-> Y: f32[(N - 3) // 3 + 1] {")
     assert dict(f.attrs) == {"kernel": 3, "stride": 3, "padding": 0, "neg": True, "scale": 1.0}
     f = op.function(kernel=3, stride=1, padding=1, neg=False, scale=2)
-    assert header(f).endswith("-> Y: f32[N] {")
+    # `// 1` stays: the size still says that N - 1 must not be negative (docs/semantics.md)
+    assert header(f).endswith("-> Y: f32[(N - 1) // 1 + 1] {")
     assert body(f) == ["Y[i] = 2.0 * max[r: 3](select(i * 1 + r >= 1 and i * 1 + r < N + 1, "
                        "X[i * 1 + r - 1], select(false, -inf, 0.0)))"]
     assert dict(f.attrs)["scale"] == 2.0 and isinstance(dict(f.attrs)["scale"], float)

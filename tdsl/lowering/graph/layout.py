@@ -175,8 +175,7 @@ class _Rewriter:
         return self._eval(self.orig[v].shape)
 
     def _eval(self, shape) -> tuple[int, ...]:
-        env = {te.Var(k): n for k, n in self.sizes.items()}
-        return tuple(eval_size(d, env) for d in shape)
+        return tuple(eval_size(d, self.sizes) for d in shape)
 
     def _block(self, v: str) -> int:
         return self._shape(self.blocked[v])[4]
@@ -235,7 +234,7 @@ class _Rewriter:
             for dim, n in zip(ph.shape, shape):
                 if isinstance(dim, te.Var):
                     binding.setdefault(dim, n)
-        env = dict(binding)
+        env = {v.name: n for v, n in binding.items()}
         result = fn.outputs[0]
         shape = tuple(te.Const(eval_size(d, env), INDEX) for d in result.shape)
         self.values[out] = Value(out, result.dtype, shape, "node")

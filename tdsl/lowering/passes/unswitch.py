@@ -22,7 +22,7 @@ from __future__ import annotations
 import dataclasses
 
 from .. import te
-from ..bounds import conjoin, conjuncts
+from ..arith.prover import conjoin, conjuncts
 from ..loop_ir import (Barrier, BufferLoad, Call, For, ForKind, If, LetStmt, LoweredFunc,
                        ReadFault, Stmt, rewrite_stmt, walk_stmt)
 
