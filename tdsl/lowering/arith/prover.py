@@ -29,13 +29,16 @@ _NEGATE = {"<": ">=", "<=": ">", ">": "<=", ">=": "<", "==": "!=", "!=": "=="}
 class Ctx:
     """Loop ranges, facts and positive sizes at a program point. Immutable: `with_*` return
     new contexts."""
-    __slots__ = ("ranges", "facts", "positive")
+    __slots__ = ("ranges", "facts", "positive", "atom_bounds")
 
     def __init__(self, ranges: dict | None = None, facts: tuple = (),
                  positive: frozenset = frozenset()):
         self.ranges: dict[te.Var, tuple[te.Expr, te.Expr]] = ranges or {}
         self.facts: tuple[Linear, ...] = facts
         self.positive: frozenset[te.Var] = positive
+        # bounds of atoms already worked out here: the statements of one loop body share a
+        # context and the same atoms (an unrolled tile's ``blk % 86``, dozens of times)
+        self.atom_bounds: dict = {}
 
     def with_loop(self, var: te.Var, min_: te.Expr, extent: te.Expr) -> "Ctx":
         hi = simplify(te.Binary("-", te.Binary("+", min_, extent, INDEX),
@@ -182,6 +185,14 @@ def _times(x: tuple, y: tuple) -> tuple[int | None, int | None]:
 
 
 def _atom_bounds(a: te.Expr, ctx: Ctx, depth: int) -> tuple[int | None, int | None]:
+    key = (a, depth)
+    out = ctx.atom_bounds.get(key)
+    if out is None:
+        out = ctx.atom_bounds[key] = _atom_bounds_uncached(a, ctx, depth)
+    return out
+
+
+def _atom_bounds_uncached(a: te.Expr, ctx: Ctx, depth: int) -> tuple[int | None, int | None]:
     def sub(x):
         lx = linear(x)
         return _lo(lx, ctx, depth), _hi(lx, ctx, depth)
