@@ -9,7 +9,10 @@ The ResNets are built with onnx's helper API (random weights; `tests/onnx_models
 imported with `tdsl import`'s converter, so they need the onnx package. Machines here are
 shared and noisy: each figure is the best of several rounds, the variants timed in turn;
 read the ratios ("x unfused" = unfused time / fused time, > 1 means fusion wins; "as
-written" is one kernel per op with no constant folding either, the graph without its passes).
+written" is one kernel per op with no constant folding or layout pass either, the graph
+without its passes). "fused" and "unfused" take Graph.build's default layout; "NCHWc" and
+"NCHW" are the fused graph with the blocked layout pass on and off ("x layout" = NCHW time /
+NCHWc time, > 1 means the blocked layout wins).
 """
 from __future__ import annotations
 
@@ -23,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 import tdsl
+from tdsl.graph_api import BLOCKED_LAYOUT_DEFAULT
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
@@ -90,18 +94,19 @@ def main(argv=None) -> int:
     if args.threads:
         os.environ["OMP_NUM_THREADS"] = str(args.threads)     # read when libgomp loads
     print(f"threads: {os.environ.get('OMP_NUM_THREADS', 'default')}")
-    print(f"{'model':<28}{'fused ms':>10}{'unfused':>10}{'as written':>11}{'ort':>10}"
-          f"{'x unfused':>11}{'x written':>11}{'x ort':>8}{'kernels':>10}{'peak/naive':>12}")
+    print(f"{'model':<28}{'fused ms':>9}{'NCHWc':>9}{'NCHW':>9}{'unfused':>9}{'written':>9}"
+          f"{'ort':>9}{'x layout':>9}{'x unfused':>10}{'x ort':>7}{'kernels':>10}"
+          f"{'peak/naive':>11}")
     for name, g, params, shape, model in cases(args):
         x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
-        fused = g.build(params=params)
-        unfused = g.build(params=params, fuse=False)
-        written = g.build(params=params, fuse=False, fold=False)
+        builds = {"NCHWc": g.build(params=params, layout=True),
+                  "NCHW": g.build(params=params, layout=False),
+                  "unfused": g.build(params=params, fuse=False),
+                  "written": g.build(params=params, fuse=False, fold=False, layout=False)}
         ref = g.reference(x, params=params)
-        for m in (fused, unfused, written):
+        for m in builds.values():
             np.testing.assert_allclose(m(x), ref, rtol=1e-3, atol=1e-3)
-        runs = {"fused": timer(lambda: fused(x)), "unfused": timer(lambda: unfused(x)),
-                "written": timer(lambda: written(x))}
+        runs = {k: timer(lambda m=m: m(x)) for k, m in builds.items()}
         ort = ort_runner(model, x) if model is not None else None
         if ort is not None:
             runs["ort"] = timer(ort)
@@ -109,14 +114,17 @@ def main(argv=None) -> int:
         for _ in range(args.rounds):
             for k, run in runs.items():
                 best[k] = min(best[k], run())
-        c = fused.compiled(x)
+        default = "NCHWc" if BLOCKED_LAYOUT_DEFAULT else "NCHW"
+        c = builds[default].compiled(x)
         ms = {k: v * 1e3 for k, v in best.items()}
-        ort_ms = f"{ms['ort']:10.2f}" if "ort" in ms else f"{'-':>10}"
-        x_ort = f"{ms['ort'] / ms['fused']:8.2f}" if "ort" in ms else f"{'-':>8}"
-        print(f"{name:<28}{ms['fused']:10.2f}{ms['unfused']:10.2f}{ms['written']:11.2f}{ort_ms}"
-              f"{ms['unfused'] / ms['fused']:11.2f}{ms['written'] / ms['fused']:11.2f}{x_ort}"
+        ms["fused"] = ms[default]
+        ort_ms = f"{ms['ort']:9.2f}" if "ort" in ms else f"{'-':>9}"
+        x_ort = f"{ms['ort'] / ms['fused']:7.2f}" if "ort" in ms else f"{'-':>7}"
+        print(f"{name:<28}{ms['fused']:9.2f}{ms['NCHWc']:9.2f}{ms['NCHW']:9.2f}"
+              f"{ms['unfused']:9.2f}{ms['written']:9.2f}{ort_ms}"
+              f"{ms['NCHW'] / ms['NCHWc']:9.2f}{ms['unfused'] / ms['fused']:10.2f}{x_ort}"
               f"{len(c.functions):>5}/{len(g.ir.nodes):<4}"
-              f"{c.plan.peak_bytes / max(c.plan.naive_bytes, 1):12.2f}")
+              f"{c.plan.peak_bytes / max(c.plan.naive_bytes, 1):11.2f}", flush=True)
     return 0
 
 

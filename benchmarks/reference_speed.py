@@ -18,7 +18,7 @@ import numpy as np
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 from tdsl.lowering import te  # noqa: E402
-from tdsl.lowering.reference import evaluate  # noqa: E402
+from tdsl.lowering.reference.semantics import evaluate  # noqa: E402
 
 
 def matmul_fn() -> te.Function:

@@ -27,7 +27,7 @@ from .lowering.default_schedule import default_schedule
 from .lowering.intrinsics import INTRINSICS
 from .lowering.loop_ir import LoweredFunc
 from .lowering.lower import lower
-from .lowering.reference import evaluate
+from .lowering.reference.semantics import evaluate
 from .lowering.schedule import Schedule
 from .per_rank import PerRankKernel
 from .target import Target, as_target

@@ -344,7 +344,7 @@ def _dask_measurer(dask_measurer, args):
 
 def cmd_graph(args) -> int:
     """The graph after the passes: kernels and the ops fused in each, layouts, memory plan."""
-    from .graph_api import CompiledGraph, Graph
+    from .graph_api import BLOCKED_LAYOUT_DEFAULT, CompiledGraph, Graph
     from .graph_weights import bind_sizes
     mod = load(args.file)
     names = mod.graphs()
@@ -365,8 +365,9 @@ def cmd_graph(args) -> int:
     if missing:
         raise TdslError(f"graph {name}: give the size{'s' * (len(missing) > 1)} "
                         f"{', '.join(missing)} with --shape, e.g. --shape {missing[0]}=1")
+    blocked = BLOCKED_LAYOUT_DEFAULT if args.layout is None else args.layout == "on"
     compiled = CompiledGraph(graph, weights, sizes, not args.no_fuse, not args.no_fold,
-                             args.target)
+                             args.target, blocked)
     print(compiled.describe())
     if args.plan_json:
         import json
@@ -469,6 +470,8 @@ def build_parser() -> argparse.ArgumentParser:
     gr.add_argument("--no-fuse", action="store_true", help="one kernel per op")
     gr.add_argument("--no-fold", action="store_true", help="no constant folding")
     gr.add_argument("--plan-json", metavar="PATH", help="write the memory plan as JSON")
+    gr.add_argument("--layout", choices=("on", "off"), help="activations between convolutions "
+                    "blocked, NCHW[lanes]c (default: Graph.build's)")
     gr.add_argument("--target", default="c", help="the target whose schedules the fused "
                     "kernels take (default: c, this machine)")
     gr.set_defaults(run=cmd_graph)

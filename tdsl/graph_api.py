@@ -14,22 +14,25 @@ import warnings
 import numpy as np
 
 from .emit_c.kernel import build_kernel
-from .errors import BuildError, ScheduleError, TdslError
+from .errors import BuildError, CallError, ScheduleError, TdslError
 from .frontend import ast
 from .frontend.program import std_program
 from .frontend.schedules import to_schedule
 from .graph_weights import bind_sizes, check_inputs, load_params, sizes_text
-from .lowering import te
 from .lowering.default_schedule import default_schedule
 from .lowering.dtypes import to_numpy
-from .lowering.graph import compose, fold, fuse, memory
+from .lowering.graph import compose, fold, fuse, layout, memory
 from .lowering.graph.ir import Graph as GraphIR, eval_size
 from .lowering.intrinsics import INTRINSICS
 from .lowering.lower import lower
-from .lowering.reference import evaluate
+from .lowering.reference.semantics import evaluate
 from .lowering.schedule import CacheWrite
 from .target import Target, as_target
 from .tuner.log import Workload, best_record, read_log
+
+# Whether Graph.build keeps activations between convolutions in NCHW[lanes]c by default
+# (docs/graphs.md, "Layout", has the measurements that decided it).
+BLOCKED_LAYOUT_DEFAULT = True
 
 
 class Graph:
@@ -71,7 +74,7 @@ class Graph:
         weights (int8 models) over the whole int8 range, wider ones (int32 biases) over
         +-3000, the size of a few accumulated int8 products."""
         rng = np.random.default_rng(seed)
-        sizes = {te.Var(k): v for k, v in (shapes or {}).items()}
+        sizes = dict(shapes or {})
         positive = {n.inputs[4] for n in self.ir.nodes if n.op == "batch_norm"
                     and len(n.inputs) == 5}
         out = {}
@@ -109,13 +112,16 @@ class Graph:
 
     def build(self, target: Target | str = "c", params=None, fuse: bool = True,
               fold: bool = True, shapes: dict | None = None, flags=None,
-              tuning_log=None) -> "GraphModule":
+              tuning_log=None, layout: bool | None = None) -> "GraphModule":
         """Compile for ``target`` (a `Target` or its string): one kernel per fused group
         (per op with ``fuse=False``), weight-only parts folded at build time (``fold=False``:
         not), the intermediates in one planned arena. ``shapes`` fixes sizes the inputs would
         otherwise tell; ``flags`` are added to the target's compiler flags; ``tuning_log``
         (from tuning the fused kernels, `tdsl.tuner.fused_task`) gives each kernel the best
-        configuration it records on this machine (the schedule's defaults otherwise)."""
+        configuration it records on this machine (the schedule's defaults otherwise).
+        ``layout``: keep activations between convolutions in the blocked layout NCHW[lanes]c
+        (`tdsl.lowering.graph.layout`); None takes `BLOCKED_LAYOUT_DEFAULT` (docs/graphs.md
+        says why)."""
         target = as_target(target)
         if target.kind == "c-embedded":
             return EmulatedGraph(self.emit_embedded(target, params, shapes, fuse, fold),
@@ -124,7 +130,7 @@ class Graph:
             raise BuildError(f"graphs build for the host C target only, not '{target}'")
         weights = load_params(params, self.ir)
         return GraphModule(self, weights, target, fuse, fold, dict(shapes or {}), flags,
-                           tuning_log)
+                           tuning_log, BLOCKED_LAYOUT_DEFAULT if layout is None else layout)
 
 
     def emit_embedded(self, target: Target | str = "c-embedded", params=None,
@@ -137,7 +143,7 @@ class Graph:
         target = as_target(target)
         weights = load_params(params, self.ir)
         sizes = bind_sizes(self.ir, weights, shapes)
-        compiled = CompiledGraph(self, weights, sizes, fuse, fold)
+        compiled = CompiledGraph(self, weights, sizes, fuse, fold, target)
         steps = []
         for f in compiled.functions:
             sched, _ = _schedule_for(f, self.module, target)
@@ -186,15 +192,24 @@ class EmulatedGraph:
 class CompiledGraph:
     """The graph after the passes, at concrete sizes: ``ir`` (folded), ``groups``,
     ``functions`` (one fused `te.Function` each), ``plan`` (the `MemoryPlan`), ``notes``
-    (what folding did). ``kernels`` are filled in when built."""
+    (what folding did), ``layouts`` and ``layout_notes`` (what the layout pass did).
+    ``kernels`` are filled in when built."""
 
     def __init__(self, graph: Graph, weights: dict, sizes: dict[str, int], fuse_ops: bool,
-                 fold_consts: bool, target: Target | str = "c"):
+                 fold_consts: bool, target: Target | str = "c", blocked: bool = False):
         ir, notes = graph.ir, ()
         self.module = graph.module
         self.target = target = as_target(target)
         if fold_consts:
             ir, weights, notes = fold.run(ir, weights, _std_op, sizes)
+        self.layouts: dict[str, str] = {}       # value -> NCHW / NCHW16c (4- and 5-D)
+        self.layout_notes: tuple[str, ...] = ()
+        if blocked and target.kind == "c" and target.lanes > 1:   # the host, with SIMD
+            ir, self.layouts, self.layout_notes = layout.run(ir, _std_op, sizes, target.lanes)
+            if fold_consts:         # the packed weights, computed now rather than per call
+                ir, weights, packed = fold.run(ir, weights, _std_op, sizes)
+                if packed:
+                    notes += (f"{len(packed)} weights packed for the blocked ops",)
         self.ir, self.weights, self.notes, self.sizes = ir, weights, notes, dict(sizes)
         self.groups = fuse.run(ir, fuse_ops)
         self.functions = [
@@ -227,10 +242,20 @@ class CompiledGraph:
             self.kernels.append(build_kernel(func, target=target, flags=tuple(flags or ())))
             self.schedules.append(how)
 
+    def layout_of(self, v: str) -> str | None:
+        """``NCHW``, ``NCHW16c`` (blocked by 16 channels), or None for a value of other rank."""
+        return self.layouts.get(v) or layout.layout_name(self.ir.shape_of(v, self.sizes))
+
     def describe(self) -> str:
         """The graph after the passes: kernels and their ops, layouts, the memory plan."""
         lines = [f"graph {self.ir.name} at {sizes_text(self.sizes)}"]
         lines += [f"  folded: {n}" for n in self.notes]
+        if self.layouts:
+            blocked = sorted({v for v in self.layouts.values() if v != "NCHW"},
+                             key=lambda v: -int(v[4:-1]))       # NCHW16c before NCHW3c
+            lines.append(f"  layout: {', '.join(blocked) or 'NCHW'} between convolutions "
+                         f"(lanes {self.target.lanes})")
+        lines += [f"  layout: {n}" for n in self.layout_notes]
         lines.append(f"kernels ({len(self.functions)} for {len(self.ir.nodes)} ops):")
         for k, (g, f) in enumerate(zip(self.groups, self.functions)):
             how = f"  schedule: {self.schedules[k]}" if self.schedules else ""
@@ -238,8 +263,8 @@ class CompiledGraph:
             ops = " + ".join(f"{n.op}->{n.outputs[0]}" for n in nodes)
             lines.append(f"  k{k} [{g.pattern.name.lower()}, anchor "
                          f"{self.ir.nodes[g.anchor].op}] {ops}{how}")
-            outs = ", ".join(f"{o}: {_shape_text(self.ir, o, self.sizes)} NCHW"
-                             if len(self.ir.value(o).shape) == 4 else
+            outs = ", ".join(f"{o}: {_shape_text(self.ir, o, self.sizes)} {self.layout_of(o)}"
+                             if self.layout_of(o) else
                              f"{o}: {_shape_text(self.ir, o, self.sizes)}" for o in f.outputs)
             lines.append(f"      ({', '.join(f.inputs)}) -> {outs}")
         p = self.plan
@@ -261,8 +286,9 @@ class GraphModule:
     two threads at once."""
 
     def __init__(self, graph: Graph, weights, target, fuse_ops, fold_consts, shapes, flags,
-                 tuning_log=None):
+                 tuning_log=None, blocked: bool = False):
         self.graph = graph
+        self._blocked = blocked
         self._tuning_log = tuning_log
         self._weights = weights
         self._target, self._fuse, self._fold, self._flags = target, fuse_ops, fold_consts, flags
@@ -295,7 +321,7 @@ class GraphModule:
     def _prepare(self, sizes: dict[str, int], key=None):
         ir = self.graph.ir
         compiled = CompiledGraph(self.graph, self._weights, sizes, self._fuse, self._fold,
-                                 self._target)
+                                 self._target, self._blocked)
         compiled.build(self.graph.module, self._target, self._flags, self._tuning_log)
         arena = _aligned_empty(compiled.plan.peak_bytes)
         buffers = {}
@@ -342,6 +368,9 @@ def fused_workload(module, graph: str, f: compose.FusedFunction, target: Target)
 
 
 def _default_block(module, op: str, target: Target):
+    if op not in module:            # an op a graph pass inserted (conv2d_nchwc): std's
+        from .api import stdlib
+        module = stdlib()
     return (module[op]._schedule_defs(target) if op in module else {}).get("default")
 
 

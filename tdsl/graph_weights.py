@@ -88,7 +88,7 @@ def bind_sizes(ir: GraphIR, arrays: dict, given: dict | None = None, partial=Fal
         for dim, n in zip(values[name].shape, a.shape):
             if isinstance(dim, te.Var):
                 sizes.setdefault(dim.name, int(n))
-    env = {te.Var(k): v for k, v in sizes.items()}
+    env = sizes
     for name, a in arrays.items():
         v = values[name]
         for d, (dim, n) in enumerate(zip(v.shape, a.shape)):

@@ -111,12 +111,23 @@ def test_source_has_no_allocation_threads_or_other_headers():
 
 
 def test_header_states_the_arena_and_the_errors():
-    op, _, sizes, attrs = float_inputs("conv2d")
+    op, _, sizes, attrs = float_inputs("depthwise_conv2d")     # pads each channel in the arena
     module = emit_embedded(op.lower(None, sizes, target="c-embedded", **attrs))
-    assert f"#define CONV2D_ARENA_BYTES {module.arena_bytes}u" in module.header
-    assert f"#define CONV2D_ARENA_ALIGN {ALIGN}u" in module.header
-    assert "#define CONV2D_ERR_ARENA_NULL 1" in module.header
+    assert f"#define DEPTHWISE_CONV2D_ARENA_BYTES {module.arena_bytes}u" in module.header
+    assert f"#define DEPTHWISE_CONV2D_ARENA_ALIGN {ALIGN}u" in module.header
+    assert "#define DEPTHWISE_CONV2D_ERR_ARENA_NULL 1" in module.header
     assert module.arena_bytes > 0 and module.arena_bytes % ALIGN == 0
+
+
+@pytest.mark.parametrize("name", ["matmul", "dense", "conv2d"])
+def test_weights_are_read_in_place_on_a_microcontroller(name):
+    """The `for embedded` blocks keep no packed copy of the weights (nor a padded copy of
+    conv2d's input) in the arena: on a Cortex-M it would double the model in RAM."""
+    op, _, sizes, attrs = float_inputs(name)
+    module = emit_embedded(op.lower(None, sizes, target="c-embedded", **attrs))
+    assert module.arena_bytes == 0
+    host = op.lower(None, sizes, target="c", **attrs)
+    assert "Wp" in str(host) or "Bp" in str(host)           # what the host blocks do instead
 
 
 def test_free_sizes_are_an_error():
@@ -160,7 +171,7 @@ def _load_shared(module, tmp_path):
 
 
 def test_runs_and_returns_error_codes_instead_of_trapping(tmp_path):
-    op, arrays, sizes, attrs = float_inputs("conv2d")
+    op, arrays, sizes, attrs = float_inputs("depthwise_conv2d")    # an op with an arena
     module = emit_embedded(op.lower(None, sizes, target="c-embedded", **attrs))
     ffi, lib = _load_shared(module, tmp_path)
     entry = getattr(lib, module.entry)

@@ -388,7 +388,8 @@ def test_attributes_given_and_defaulted():
     assert header(f).endswith("-> Y: f32[(N - 3) // 3 + 1] {")
     assert dict(f.attrs) == {"kernel": 3, "stride": 3, "padding": 0, "neg": True, "scale": 1.0}
     f = op.function(kernel=3, stride=1, padding=1, neg=False, scale=2)
-    assert header(f).endswith("-> Y: f32[N] {")
+    # `// 1` stays: the size still says that N - 1 must not be negative (docs/semantics.md)
+    assert header(f).endswith("-> Y: f32[(N - 1) // 1 + 1] {")
     assert body(f) == ["Y[i] = 2.0 * max[r: 3](select(i * 1 + r >= 1 and i * 1 + r < N + 1, "
                        "X[i * 1 + r - 1], select(false, -inf, 0.0)))"]
     assert dict(f.attrs)["scale"] == 2.0 and isinstance(dict(f.attrs)["scale"], float)
@@ -746,16 +747,31 @@ QUANT_OPS = {
 }
 
 
+# the blocked-layout ops the graph layout pass rewrites to (conv_blocked.tdsl; their values
+# are checked in test_graph_layout.py)
+BLOCKED_OPS = {
+    "to_nchwc": (["X"], ["block"]), "from_nchwc": (["X"], []),
+    "pack_conv_weights": (["W"], ["in_block", "out_block"]), "pack_channels": (["B"], ["block"]),
+    "conv2d_nchwc": (["X", "W"], ["stride", "padding", "dilation"]),
+    "depthwise_conv2d_nchwc": (["X", "W"], ["stride", "padding", "dilation"]),
+    "conv2d_nchwc_valid": (["X", "W"], ["stride", "dilation"]),
+    "pack_depthwise_weights": (["W"], ["block"]),
+    "bias_add_nchwc": (["X", "B"], []),
+    "max_pool2d_nchwc": (["X"], ["kernel", "stride", "padding"]),
+    "global_avg_pool2d_nchwc": (["X"], []),
+}
+
+
 def test_stdlib_has_exactly_the_required_ops():
-    assert len(STD_OPS) == 31 and len(QUANT_OPS) == 8
-    assert sorted(tdsl.stdlib) == sorted({**STD_OPS, **QUANT_OPS})
+    assert len(STD_OPS) == 31 and len(QUANT_OPS) == 8 and len(BLOCKED_OPS) == 11
+    assert sorted(tdsl.stdlib) == sorted({**STD_OPS, **QUANT_OPS, **BLOCKED_OPS})
     assert tdsl.load("std") is tdsl.stdlib
 
 
-@pytest.mark.parametrize("name", sorted({**STD_OPS, **QUANT_OPS}))
+@pytest.mark.parametrize("name", sorted({**STD_OPS, **QUANT_OPS, **BLOCKED_OPS}))
 def test_stdlib_op_parameters_and_attributes(name):
     op = tdsl.stdlib[name]
-    params, attrs = {**STD_OPS, **QUANT_OPS}[name]
+    params, attrs = {**STD_OPS, **QUANT_OPS, **BLOCKED_OPS}[name]
     assert op.param_names == params
     assert op.attr_names == attrs
     needed = {a.name: 2 for a in op.ast.attrs if a.default is None}

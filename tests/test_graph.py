@@ -258,7 +258,7 @@ def test_memory_plan_reuses_a_dead_buffer():
 def test_tdsl_graph_prints_kernels_and_the_plan(capsys, tmp_path):
     path = tmp_path / "plan.json"
     assert cli.main(["graph", str(EXAMPLES / "small_cnn.tdsl"), "--shape", "B=1",
-                     "--plan-json", str(path)]) == 0
+                     "--plan-json", str(path), "--layout", "off"]) == 0
     out = capsys.readouterr().out
     assert "conv2d->c3 + bias_add->n3" in out and "add->s3 + relu->r3 + global_avg" in out
     assert "memory plan: peak" in out and "naive sum" in out
@@ -306,13 +306,13 @@ def test_a_fused_kernel_is_tuned_as_one_task_and_the_log_applies(tmp_path):
     g = load("small_cnn")
     p = g.random_params()
     x = rand((1, 3, 32, 32))
-    c = g.build(params=p).compiled(x)
+    c = g.build(params=p, layout=False).compiled(x)       # the NCHW conv2d's kernels
     tasks = fused_tasks(c)
     conv = next(t for t in tasks if t.workload.op.endswith("conv2d+bias_add@n3"))
     assert len(conv.space) > 1 and conv.fn is c.functions[3].fn
     log = tmp_path / "net.jsonl"
     result = tune(conv, 3, log, "random", _FavourLast(), batch_size=3, compare_numpy=False)
-    tuned = g.build(params=p, tuning_log=log)
+    tuned = g.build(params=p, tuning_log=log, layout=False)
     kernel = tuned.compiled(x)
     assert kernel.schedules[3] == "conv2d's (tuned)" and kernel.schedules[0] == "conv2d's"
     assert result.best_config is not None

@@ -1,6 +1,7 @@
 """Random graphs (chains and diamonds of injective and complex ops) give the same numbers
-fused and unfused, and the ops' references' numbers. Hypothesis draws the graphs; builds
-need gcc. The default run draws a few (compiling is slow); ``-m slow`` draws many."""
+fused and unfused, with the blocked layout and without, and the ops' references' numbers.
+Hypothesis draws the graphs; builds need gcc. The default run draws a few (compiling is
+slow); ``-m slow`` draws many."""
 from __future__ import annotations
 
 import shutil
@@ -58,10 +59,16 @@ def check(text: str) -> None:
     p = g.random_params(seed=0)
     x = np.random.default_rng(1).standard_normal((1, C, H, H)).astype(np.float32)
     want = g.reference(x, params=p)
-    fused = g.build(params=p)(x)
-    unfused = g.build(params=p, fuse=False, fold=False)(x)
+    fused = g.build(params=p, layout=False)(x)
+    unfused = g.build(params=p, fuse=False, fold=False, layout=False)(x)
     np.testing.assert_allclose(fused, unfused, rtol=1e-4, atol=1e-4, err_msg=text)
     np.testing.assert_allclose(fused, want, rtol=1e-4, atol=1e-4, err_msg=text)
+    # the blocked layout, at lanes = C so that the convolutions take it (the host's lanes
+    # would leave C channels NCHW), fused and not
+    for fuse in (True, False):
+        blocked = g.build(f"c -lanes={C}", params=p, layout=True, fuse=fuse)(x)
+        np.testing.assert_allclose(blocked, want, rtol=1e-4, atol=1e-4,
+                                   err_msg=f"layout on, fuse={fuse}\n{text}")
 
 
 @settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -105,13 +105,23 @@ def test_kernel_and_reference_refuse_sizes_with_the_same_words():
 
 
 @needs_gcc
-def test_a_pool_input_smaller_than_its_kernel_is_refused():
-    op = tdsl.stdlib["max_pool2d"]
-    x = np.ones((1, 1, 1, 4), np.float32)
-    with pytest.raises(CallError, match="smaller than a window"):
-        op.reference(x, kernel=2)
-    with pytest.raises(CallError, match="smaller than a window"):
-        op.build(kernel=2)(x)
+@pytest.mark.parametrize("name", ["max_pool2d", "avg_pool2d"])
+@pytest.mark.parametrize("kernel, stride, height", [(2, None, 1), (3, 1, 2), (4, 1, 2),
+                                                    (3, 2, 2)])
+def test_a_pool_input_smaller_than_its_kernel_is_refused(name, kernel, stride, height):
+    """At stride 1 the output size ``(IH - kernel) // 1 + 1`` would be 0 for IH = kernel - 1,
+    an empty array; the reference and the kernel refuse it in the same words, before any
+    output is allocated."""
+    op = tdsl.stdlib[name]
+    attrs = {"kernel": kernel} if stride is None else {"kernel": kernel, "stride": stride}
+    x = np.ones((1, 1, height, 4), np.float32)
+    with pytest.raises(CallError, match="smaller than a window") as ref:
+        op.reference(x, **attrs)
+    with pytest.raises(CallError, match="smaller than a window") as got:
+        op.build(**attrs)(x)
+    assert str(got.value) == str(ref.value)
+    assert op.reference(np.ones((1, 1, kernel, kernel), np.float32), **attrs).shape == \
+        (1, 1, 1, 1)                                # a window that just fits is one output
 
 
 @needs_gcc

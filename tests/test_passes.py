@@ -5,14 +5,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tdsl.lowering import te
-from tdsl.lowering.bounds import Ctx, bounds, prove, relax
-from tdsl.lowering.loop_ir import (Allocate, Broadcast, Buffer, BufferLoad, For, ForKind, If,
-                                   LoweredFunc, Ramp, Seq, Store, walk_stmt)
+from tdsl.lowering.arith.prover import Ctx, bounds, prove, relax
+from tdsl.lowering.loop_ir import (Allocate, Barrier, Broadcast, Buffer, BufferLoad, For, ForKind,
+                                   If, LoweredFunc, Ramp, Seq, Store, walk_stmt)
 from tdsl.lowering.lower import lower
 from tdsl.lowering.passes import (bounds_check, flatten, partition, simplify as simplify_pass,
-                                  unroll, vectorize, verify)
+                                  unroll, unswitch, vectorize, verify)
 from tdsl.lowering.schedule import Schedule
-from tdsl.lowering.simplify import simplify
+from tdsl.lowering.arith.simplify import simplify
 
 I = "i64"
 i, j, io, ii, f, N = (te.Var(n) for n in ("i", "j", "io", "ii", "f", "N"))
@@ -55,7 +55,7 @@ def in_loops(*ranges):
     (te.Binary("-", add(mul(io, c(8)), ii), mul(io, c(8)), I), ii),  # terms cancel
     (div(mul(i, c(4)), c(4)), i),                                   # (a*c)//c
     (mod(mul(i, c(4)), c(4)), c(0)),                                # (a*c)%c
-    (div(add(mul(io, c(8)), ii), c(4)), add(mul(io, c(2)), div(ii, c(4)))),  # pull out c*q
+    (div(add(mul(io, c(8)), ii), c(4)), add(mul(c(2), io), div(ii, c(4)))),  # pull out c*q
     (add(mul(div(f, c(4)), c(4)), mod(f, c(4))), f),                # fuse then split: f
     (div(div(i, c(2)), c(3)), div(i, c(6))),                        # (x//a)//b
     (te.Binary("*", te.Var("x", "f32"), c(1.0, "f32"), "f32"), te.Var("x", "f32")),
@@ -76,7 +76,7 @@ def test_simplify_in_context():
     assert simplify(mod(x, c(4)), b) == ii
     assert simplify(te.Compare("<", ii, c(4)), b) == c(True, "bool")
     assert simplify(te.Compare("<", x, mul(N, c(4))), b) == c(True, "bool")
-    assert str(simplify(te.Compare("<", x, N), b)) == "ii + io * 4 < N"   # unknown: kept
+    assert str(simplify(te.Compare("<", x, N), b)) == "ii + 4 * io < N"   # unknown: kept
 
 
 def test_simplify_float_keeps_nan_semantics():
@@ -109,6 +109,8 @@ def _value(e, env):
             x, y = _value(a, env), _value(b, env)
             return {"+": x + y, "-": x - y, "*": x * y}.get(op) if op in ("+", "-", "*") \
                 else (x // y if op == "//" else x % y)
+        case te.Unary("-", a):
+            return -_value(a, env)
         case te.Intrinsic(name, (a, b)):
             return (min if name == "min" else max)(_value(a, env), _value(b, env))
         case te.Compare(op, a, b):
@@ -128,7 +130,7 @@ def test_simplify_preserves_value(e, vi, vj, vn):
 
 
 def test_simplify_fixed_point_limit():
-    from tdsl.lowering import simplify as S
+    from tdsl.lowering.arith import simplify as S
     old = S.RULES
     try:
         # Two rules that undo each other: the loop must stop and say so.
@@ -157,7 +159,7 @@ def test_bounds_and_proofs():
 
 def test_relax_gives_the_tile():
     lo, hi = relax(add(add(mul(io, c(4)), ii), c(2)), {ii: (c(0), c(3))})
-    assert (lo, hi) == (add(mul(io, c(4)), c(2)), add(mul(io, c(4)), c(5)))
+    assert (lo, hi) == (add(mul(c(4), io), c(2)), add(mul(c(4), io), c(5)))
 
 
 # ---------------------------------------------------------------------------- passes on ops
@@ -181,11 +183,11 @@ def test_divisible_split_has_no_guard():
 
 
 def test_tail_split_has_a_guard():
-    """``x.o * 4 + x.i < 18``: the bounds proof uses the guard, so no other check appears."""
+    """``4 * x.o + x.i < 18``: the bounds proof uses the guard, so no other check appears."""
     fn = vector_add()
     func = lower(fn, Schedule(fn).split("C", "x", 4), shapes={"n": 18})
     (guard,) = _ifs(func)
-    assert str(guard.cond) == "x.i + x.o * 4 < 18"
+    assert str(guard.cond) == "x.i + 4 * x.o < 18"
     assert func.attrs["unproven_accesses"] == 0
 
 
@@ -205,7 +207,7 @@ def test_constant_tail_becomes_straight_line():
     fn = vector_add()
     func = lower(fn, Schedule(fn).split("C", "x", 8).vectorize("C", "x.i"), shapes={"n": 20})
     text = str(func)
-    assert "C[ramp(x.o * 8, 1, 8)]" in text                           # two full vectors
+    assert "C[ramp(8 * x.o, 1, 8)]" in text                           # two full vectors
     assert "vectorized x.i in [0, 8)" in text and "x.i + 16 < 20" in text  # one guarded tail
 
 
@@ -239,7 +241,7 @@ def test_bounds_check_uses_select_conditions():
 
 def test_flatten_row_major_and_aligned():
     a = Buffer("A", "f32", (c(3), c(5)))
-    assert str(flatten.flat_index(a, (i, j))) == "i * 5 + j"
+    assert str(flatten.flat_index(a, (i, j))) == "5 * i + j"
     aligned = flatten.aligned_strides((c(3), c(5)), {0: (8, 1)})
     assert aligned == (c(9), c(1))                        # 5 -> 9 == 1*8 + 1
     t = Buffer("T", "f32", (c(3), c(5)), "local", aligned)
@@ -248,7 +250,7 @@ def test_flatten_row_major_and_aligned():
                                                 For(j, c(0), c(5), ForKind.SERIAL, body)), (), 0))
     alloc = [s for s in walk_stmt(func.body) if isinstance(s, Allocate)][0]
     assert alloc.buffer.shape == (c(27),)
-    assert str(alloc.body.indices[0]) == "i * 9 + j"
+    assert str(alloc.body.indices[0]) == "9 * i + j"
     verify.run(func)
 
 
@@ -297,14 +299,49 @@ def test_simplify_pass_drops_empty_and_trivial_loops():
     assert out == Seq((Store(b, (c(2),), c(2.0, "f32")), Store(b, (c(3),), c(3.0, "f32"))))
 
 
-def test_partition_only_for_vectorized_guards():
+def test_partition_only_for_vectorized_and_unrolled_guards():
     b = Buffer("B", "f32", (c(20),))
     guard = te.Compare("<", add(mul(io, c(8)), ii), c(20))
     inner = If(guard, Store(b, (add(mul(io, c(8)), ii),), c(1.0, "f32")))
-    for kind, parts in ((ForKind.VECTORIZED, 2), (ForKind.SERIAL, 1)):
+    for kind, parts in ((ForKind.VECTORIZED, 2), (ForKind.UNROLLED, 2), (ForKind.SERIAL, 1)):
         loop = For(io, c(0), c(3), ForKind.SERIAL, For(ii, c(0), c(8), kind, inner))
         out = partition.run(LoweredFunc("f", (b,), loop, (), 0)).body
         assert (len(out.stmts) if isinstance(out, Seq) else 1) == parts
+
+
+def _tile_with_tail_guard():
+    """for blk (parallel): for k: if (blk % 3 * 8 + 7 < 20) B[k] = 1 -- a register tile's
+    last row guard after its loops were fused (not linear in blk: partition can't)."""
+    b = Buffer("B", "f32", (c(20),))
+    guard = te.Compare("<", add(mul(mod(i, c(3)), c(8)), c(7)), c(20))
+    body = If(guard, Store(b, (j,), c(1.0, "f32")))
+    return b, guard, For(i, c(0), c(6), ForKind.PARALLEL, For(j, c(0), c(20), ForKind.SERIAL,
+                                                              body))
+
+
+def test_unswitch_takes_an_invariant_test_out_of_the_loop():
+    b, guard, loop = _tile_with_tail_guard()
+    out = unswitch.run(LoweredFunc("f", (b,), loop, (), 0)).body
+    assert isinstance(out.body, If) and out.body.cond == guard
+    fast, slow = out.body.then, out.body.orelse
+    assert fast == For(j, c(0), c(20), ForKind.SERIAL, Store(b, (j,), c(1.0, "f32")))
+    assert slow == loop.body                      # the tail keeps its test, once
+
+
+@pytest.mark.parametrize("why", ["depends on the loop", "reads a buffer", "barrier"])
+def test_unswitch_leaves_what_it_must(why):
+    b = Buffer("B", "f32", (c(20),))
+    if why == "depends on the loop":
+        body = If(te.Compare("<", j, c(7)), Store(b, (j,), c(1.0, "f32")))
+        loop = For(j, c(0), c(20), ForKind.SERIAL, body)
+    else:
+        cond = te.Compare("<", BufferLoad(b, (c(0),), "f32"), c(1.0, "f32")) \
+            if why == "reads a buffer" else te.Compare("<", i, c(7))
+        body = If(cond, Store(b, (j,), c(1.0, "f32")))
+        if why == "barrier":
+            body = Seq((Barrier(), body))
+        loop = For(j, c(0), c(20), ForKind.SERIAL, body)
+    assert unswitch.run(LoweredFunc("f", (b,), loop, (), 0)).body == loop
 
 
 def test_verify_catches_broken_invariants():

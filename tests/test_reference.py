@@ -14,8 +14,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tdsl.errors import CallError, TdslError
-from tdsl.lowering import reference_eval, te
-from tdsl.lowering.reference import evaluate
+from tdsl.lowering import te
+from tdsl.lowering.reference import stage
+from tdsl.lowering.reference.semantics import evaluate
 
 HYP = settings(max_examples=40, deadline=None)
 RNG = np.random.default_rng(1234)
@@ -50,9 +51,9 @@ def rand(shape, dtype=np.float32, lo=-3, hi=3):
 @pytest.fixture(params=["fast", "grid", "chunked"])
 def paths(request, monkeypatch):
     if request.param != "fast":
-        monkeypatch.setattr(reference_eval, "USE_EINSUM", False)
+        monkeypatch.setattr(stage, "USE_EINSUM", False)
     if request.param == "chunked":
-        monkeypatch.setattr(reference_eval, "GRID_LIMIT", 5)
+        monkeypatch.setattr(stage, "GRID_LIMIT", 5)
     return request.param
 
 
@@ -98,12 +99,12 @@ def np_conv(x, w, pad):
 @given(st.integers(1, 9), st.integers(0, 9), st.integers(1, 9))
 def test_matmul_f32(m, k, n):
     for mode in ("fast", "grid"):
-        reference_eval.USE_EINSUM = mode == "fast"
+        stage.USE_EINSUM = mode == "fast"
         try:
             a, bb = rand((m, k)), rand((k, n))
             (c,) = evaluate(matmul_fn(), [a, bb])
         finally:
-            reference_eval.USE_EINSUM = True
+            stage.USE_EINSUM = True
         assert c.dtype == np.float32 and c.shape == (m, n)
         np.testing.assert_allclose(c, a.astype(np.float64) @ bb, rtol=1e-5, atol=1e-5)
 

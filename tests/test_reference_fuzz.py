@@ -16,8 +16,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tdsl.errors import TdslError
-from tdsl.lowering import reference_eval, te
-from tdsl.lowering.reference import evaluate
+from tdsl.lowering import te
+from tdsl.lowering.reference import stage
+from tdsl.lowering.reference.semantics import evaluate
 
 SIZE = 6            # every input dimension
 BITS = {"i32": 32, "i64": 64}
@@ -232,9 +233,9 @@ def test_random_expressions_match_naive_interpreter(mode, fn, seed):
         want = scalar_run(fn, args)
     except ScalarOOB:
         want = None
-    saved = reference_eval.USE_EINSUM, reference_eval.GRID_LIMIT
-    reference_eval.USE_EINSUM = mode == "fast"
-    reference_eval.GRID_LIMIT = 7 if mode == "chunked" else saved[1]
+    saved = stage.USE_EINSUM, stage.GRID_LIMIT
+    stage.USE_EINSUM = mode == "fast"
+    stage.GRID_LIMIT = 7 if mode == "chunked" else saved[1]
     try:
         if want is None:
             with pytest.raises(TdslError, match="index out of bounds"):
@@ -242,7 +243,7 @@ def test_random_expressions_match_naive_interpreter(mode, fn, seed):
             return
         got = evaluate(fn, args)
     finally:
-        reference_eval.USE_EINSUM, reference_eval.GRID_LIMIT = saved
+        stage.USE_EINSUM, stage.GRID_LIMIT = saved
     for g, w in zip(got, want):
         assert g.dtype == w.dtype and g.shape == w.shape
         if g.dtype == np.int32:

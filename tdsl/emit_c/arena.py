@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 from ..errors import BuildError
 from ..lowering import te
+from ..lowering.arith.simplify import simplify
 from ..lowering.loop_ir import Allocate, Buffer, LoweredFunc, Stmt, split_dtype
-from ..lowering.simplify import simplify
 from .helpers import element_size
 
 ALIGN = 16        # bytes: any scalar, and a 128-bit vector (NEON, Helium, SSE)

@@ -101,7 +101,7 @@ class DeviceKernelPrinter(CFamilyPrinter):
 
 
 def _same(a: te.Expr, b: te.Expr) -> bool:
-    from ..lowering.simplify import simplify
+    from ..lowering.arith.simplify import simplify
     return simplify(a) == simplify(b)
 
 

@@ -60,7 +60,7 @@ class CFamilyPrinter(CExpressionPrinter):
         self.nonneg = set(func.shape_vars)
         self.uses_status = False              # set when a heap allocation can fail
         self.loop_kinds: list[ForKind] = []   # kinds of the loops around the statement
-        self.registers: dict[int, tuple] = {}  # register tiles: id(buffer) -> (lanes, names)
+        self.registers: dict[int, tuple] = {}  # register tiles: id(buffer) -> (lanes, names, used)
         self._loop_names: dict[te.Var, str] = {}
         self.hoisted: list[str] = []          # declarations a hook moved to the top
         for b in func.params:
@@ -216,16 +216,22 @@ class CFamilyPrinter(CExpressionPrinter):
         count = int(s.buffer.shape[0].value) // lanes
         # each vector gets a fresh identifier, so no other name can collide with it
         names = [self.namer.fresh(f"{s.buffer.name}_{k}") for k in range(count)]
-        self.registers[id(s.buffer)] = (lanes, names)
+        used: set[str] = set()
+        self.registers[id(s.buffer)] = (lanes, names, used)
         body = self.stmt(s.body)
         del self.registers[id(s.buffer)]
+        # only the vectors the body uses: a tail tile split off from a loop (partition) uses
+        # some of its rows only, and strict C99 builds treat unused variables as errors
+        names = [n for n in names if n in used]
         vtype = self.vector_type(vector_dtype(s.buffer.dtype, lanes))
-        return [f"{vtype} {', '.join(names)};", *body]
+        return [f"{vtype} {', '.join(names)};", *body] if names else body
 
     def register(self, buf, index) -> str:
         """The variable holding the vector of a promoted register tile at ``index``."""
-        lanes, names = self.registers[id(buf)]
-        return names[register_index(index, lanes)]
+        lanes, names, used = self.registers[id(buf)]
+        name = names[register_index(index, lanes)]
+        used.add(name)
+        return name
 
     def visit_Barrier(self, s: Barrier) -> list[str]:
         if self.barrier is None:

@@ -14,7 +14,9 @@ import re
 
 from ..dsl import STD_DIR
 from ..errors import CheckError, TdslError
-from ..lowering import affine, te
+from ..lowering import te
+from ..lowering.arith.evaluate import NotAnIndex, UnboundVar, eval_index
+from ..lowering.arith.linear import exact, normal_form
 from . import ast
 from .exprs import ExprConverter, const_value
 
@@ -128,11 +130,11 @@ def differ(a: te.Expr, b: te.Expr, valid=()) -> dict | None:
     """Values of the sizes for which ``a`` and ``b`` are two different positive extents (and
     every expression in ``valid`` is a positive extent too), or None if none was found.
 
-    Algebra (`affine`) settles sums and products; for the rest (``//``, ``%``, min, max) a
+    Algebra (`arith.linear`) settles sums and products; for the rest (``//``, ``%``, min, max) a
     fixed set of sample values is tried, so two expressions equal for all sizes are never
     reported, and ones that differ are found unless they agree on every sample.
     """
-    pa, pb = affine.from_expr(a), affine.from_expr(b)
+    pa, pb = exact(a), exact(b)
     if pa is not None and pb is not None and (pa - pb).is_const:
         return None if (pa - pb).const == 0 else {}
     names = sorted({v.name for e in (a, b) for v in te.free_vars(e)})
@@ -151,24 +153,10 @@ def differ(a: te.Expr, b: te.Expr, valid=()) -> dict | None:
 def _eval(e: te.Expr, env: dict) -> int | None:
     """The value of an integer size expression, or None (unknown variable, division by 0,
     or an expression that is not integer arithmetic)."""
-    match e:
-        case te.Const(value, dtype) if dtype not in ("f32", "f64", "bool"):
-            return int(value)
-        case te.Var(name):
-            return env.get(name)
-        case te.Cast(x, dtype) if dtype not in ("f32", "f64", "bool"):
-            return _eval(x, env) if x.dtype not in ("f32", "f64", "bool") else None
-        case te.Unary("-", x):
-            v = _eval(x, env)
-            return None if v is None else -v
-        case te.Binary(op, x, y) | te.Intrinsic(op, (x, y)):
-            u, v = _eval(x, env), _eval(y, env)
-            if u is None or v is None or (op in ("//", "%") and v == 0):
-                return None
-            f = {"+": int.__add__, "-": int.__sub__, "*": int.__mul__, "//": int.__floordiv__,
-                 "%": int.__mod__, "min": min, "max": max}.get(op)
-            return None if f is None else f(u, v)
-    return None
+    try:
+        return eval_index(e, env)
+    except (UnboundVar, NotAnIndex, ZeroDivisionError):
+        return None
 
 
 def differ_hint(example: dict, a, b) -> str | None:
@@ -213,10 +201,10 @@ def _copy_stages(fn: te.Function, args, binding, targets, taken=(), tensor_names
                 name, k = f"{prefix}_{t.name}{k}", k + 1
             used_names.add(name)
         # sizes in normal form: `(H + 2 * 1 - 3) // 2 + 1` reads `(H - 1) // 2 + 1`
-        axes = tuple(_renamed(te.IterVar(ax.var, affine.simplify(te.rewrite(ax.extent, post)),
+        axes = tuple(_renamed(te.IterVar(ax.var, normal_form(te.rewrite(ax.extent, post)),
                                          ax.kind), rename) for ax in t.op.axes)
         body = te.rewrite(t.op.body, post)
-        shape = tuple(affine.simplify(te.rewrite(s, post)) for s in t.shape)
+        shape = tuple(normal_form(te.rewrite(s, post)) for s in t.shape)
         mapping[id(t)] = te.Tensor(name, shape, t.dtype, te.Compute(axes, body))
     return mapping
 

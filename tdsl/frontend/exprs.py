@@ -7,7 +7,9 @@ from dataclasses import dataclass
 from typing import Callable
 
 from ..errors import CheckError, Span
-from ..lowering import affine, te
+from ..lowering import te
+from ..lowering.arith.linear import Linear, equal, exact, normal_form
+from ..lowering.arith.prover import Ctx, bounds, relax
 from ..lowering.dtypes import DTYPES, FLOATS, INDEX
 from ..lowering.quantize import quantize_multiplier
 from . import ast
@@ -60,8 +62,8 @@ class ExprConverter:
     def __init__(self, scope: Scope, inst=None):
         self.scope = scope
         self.inst = inst
-        # index var name -> affine.Range (None: unknown) for the bounds proof
-        self.ranges: dict[str, affine.Range | None] = {
+        # index var name -> its (lo, hi), both inclusive (None: unknown) for the bounds proof
+        self.ranges: dict[str, tuple[te.Expr, te.Expr] | None] = {
             n: _range_of(iv) for n, iv in scope.index_vars.items()}
 
     # ------------------------------------------------------------------ shapes
@@ -85,13 +87,12 @@ class ExprConverter:
                 raise CheckError(f"unknown size '{n}'", node.span,
                                  hint="sizes are named in the input parameters' shapes")
             case ast.Binary(op, l, r) if op in ("+", "-", "*", "//", "%"):
-                return affine.simplify(te.Binary(op, self.shape_expr(l), self.shape_expr(r),
-                                                 INDEX))
+                return normal_form(te.Binary(op, self.shape_expr(l), self.shape_expr(r),
+                                             INDEX))
             case ast.Unary("-", x):
-                return affine.simplify(te.Unary("-", self.shape_expr(x), INDEX))
+                return normal_form(te.Unary("-", self.shape_expr(x), INDEX))
             case ast.Call(f, args) if f in ("min", "max") and len(args) == 2:
-                return affine.simplify(te.Intrinsic(f, tuple(map(self.shape_expr, args)),
-                                                    INDEX))
+                return normal_form(te.Intrinsic(f, tuple(map(self.shape_expr, args)), INDEX))
         return self._bad_size(node)
 
     def _bad_size(self, node):
@@ -195,23 +196,26 @@ class ExprConverter:
         return out
 
     def _check_in_bounds(self, t: te.Tensor, dim: int, e: te.Expr, span):
-        p = affine.from_expr(e)
-        size = affine.from_expr(t.shape[dim])
-        if p is None or size is None:
+        """An error when the index surely leaves the tensor for every value of the sizes:
+        the least and greatest values it takes (as the index variables range) are bounded
+        over all sizes (those in ``positive`` are >= 1, the others >= 0)."""
+        p, size = exact(e), t.shape[dim]
+        if p is None or exact(size) is None:
             return
-        ranges = {}
+        inner = {}
         for v in te.free_vars(e):
             if v.name in self.ranges:
                 if self.ranges[v.name] is None:
                     return
-                ranges[v.name] = self.ranges[v.name]
-        r = affine.bounds(p, ranges)
+                inner[v] = self.ranges[v.name]
+        r = relax(p.to_expr(), inner, attained=True)
         if r is None:
             return
-        over = affine.lower_bound(r.hi - size + affine.const(1), self.scope.positive)
-        under = affine.upper_bound_neg(r.lo, self.scope.positive)
+        lo, hi = r
+        sizes = Ctx(positive=frozenset(te.Var(n) for n in self.scope.positive))
+        over = bounds(te.Binary("-", hi, size, INDEX) + te.Const(1, INDEX), sizes)[0]
+        under = bounds(lo, sizes)[1]
         if (over is not None and over > 0) or (under is not None and under < 0):
-            lo, hi = r.lo.to_expr(), r.hi.to_expr()
             raise CheckError(
                 f"index out of bounds: dimension {dim} of '{t.name}' has size "
                 f"{t.shape[dim]} but the index {e} ranges over [{lo}, {hi}]", span,
@@ -354,32 +358,32 @@ class ExprConverter:
             return
         op = cond.op if truth else {"<": ">=", "<=": ">", ">": "<=", ">=": "<",
                                     "==": "!=", "!=": "=="}[cond.op]
-        pa, pb = affine.from_expr(cond.a), affine.from_expr(cond.b)
+        pa, pb = exact(cond.a), exact(cond.b)
         if pa is None or pb is None:
             return
         d = pa - pb                                     # cond: d OP 0
-        facts = {">=": [d], ">": [d - affine.const(1)], "<=": [d.scale(-1)],
-                 "<": [d.scale(-1) - affine.const(1)], "==": [d, d.scale(-1)]}.get(op, [])
+        one = Linear({}, 1)
+        facts = {">=": [d], ">": [d - one], "<=": [d.scale(-1)],
+                 "<": [d.scale(-1) - one], "==": [d, d.scale(-1)]}.get(op, [])
         for g in facts:                                 # g >= 0
             self._apply_fact(g)
 
-    def _apply_fact(self, g: affine.Poly):
-        keys = [k for k in self.ranges if g.coeff_of(k) not in (0, None)]
-        if len(keys) != 1 or any(g.coeff_of(k) is None for k in self.ranges):
-            for k in keys:
-                self.ranges[k] = None
+    def _apply_fact(self, g: Linear):
+        """Narrow the range of the one index variable of ``g >= 0``; a fact on several, or
+        on one inside an atom (``i // 2 >= 1``), makes theirs unknown."""
+        involved = [v for v in g.free_vars() if v.name in self.ranges]
+        c = g.coeff_if_linear(involved[0]) if len(involved) == 1 else None
+        if c is None or abs(c) != 1 or self.ranges[involved[0].name] is None:
+            for v in involved:
+                self.ranges[v.name] = None
             return
-        v = keys[0]
-        c = g.coeff_of(v)
-        r = self.ranges[v]
-        if r is None or abs(c) != 1:
-            self.ranges[v] = None
-            return
+        v = involved[0]
+        r = self.ranges[v.name]
         rest = g.drop(v)
         if c == 1:        # v >= -rest
-            self.ranges[v] = _meet(r, lo=rest.scale(-1))
+            self.ranges[v.name] = _meet(r, lo=rest.scale(-1).to_expr())
         else:             # v <= rest
-            self.ranges[v] = _meet(r, hi=rest)
+            self.ranges[v.name] = _meet(r, hi=rest.to_expr())
 
     # ------------------------------------------------------------------ reductions
 
@@ -430,28 +434,29 @@ class ExprConverter:
                                   f"index of some tensor")
         first, where = found[0]
         for ext, w in found[1:]:
-            if not affine.equal(ext, first):
+            if not equal(ext, first):
                 raise CheckError(f"ranges of reduction axis '{ax.name}' disagree: {first} "
                                  f"(from {where}) and {ext} (from {w})", ax.span,
                                  hint=f"give the range explicitly, e.g. {ax.name}: {first}")
         return first
 
 
-def _range_of(iv: te.IterVar) -> affine.Range | None:
-    p = affine.from_expr(iv.extent)
-    return None if p is None else affine.Range(affine.const(0), p - affine.const(1))
+def _range_of(iv: te.IterVar) -> tuple[te.Expr, te.Expr] | None:
+    p = exact(iv.extent)
+    return None if p is None else (te.Const(0, INDEX), (p - Linear({}, 1)).to_expr())
 
 
-def _meet(r: affine.Range, lo=None, hi=None) -> affine.Range | None:
+def _meet(r: tuple[te.Expr, te.Expr], lo=None, hi=None) -> tuple[te.Expr, te.Expr] | None:
+    """``r`` narrowed by a new end, when the two ends differ by a constant (else unknown)."""
     if lo is not None:
-        d = lo - r.lo
+        d = exact(lo) - exact(r[0])
         if not d.is_const:
             return None
-        return affine.Range(lo if d.const > 0 else r.lo, r.hi)
-    d = hi - r.hi
+        return (lo if d.const > 0 else r[0], r[1])
+    d = exact(hi) - exact(r[1])
     if not d.is_const:
         return None
-    return affine.Range(r.lo, hi if d.const < 0 else r.hi)
+    return (r[0], hi if d.const < 0 else r[1])
 
 
 def _fold(e: te.Expr) -> te.Expr:

@@ -12,7 +12,8 @@ from __future__ import annotations
 import difflib
 
 from ..errors import CheckError, ErrorList, TdslError
-from ..lowering import affine, te
+from ..lowering import te
+from ..lowering.arith.linear import normal_form
 from ..lowering.dtypes import DTYPES, INDEX
 from ..lowering.graph.ir import Graph, Node, Value
 from . import ast
@@ -102,8 +103,8 @@ class _Checker:
                     self.sizes[n] = te.Var(n, INDEX)
                 return self.sizes[n]
             case ast.Binary(op, a, b) if op in ("+", "-", "*", "//", "%"):
-                return affine.simplify(te.binary(op, self._dim(a, introduce),
-                                                 self._dim(b, introduce)))
+                return normal_form(te.binary(op, self._dim(a, introduce),
+                                             self._dim(b, introduce)))
         raise CheckError("a graph's dimensions are integers, size names or their arithmetic",
                          getattr(d, "span", None))
 
@@ -152,7 +153,7 @@ class _Checker:
                 raise CheckError(f"op {call.func}'s size {var.name} is not set by its "
                                  f"arguments' shapes", call.span)
         for target, out in zip(st.targets, fn.outputs):
-            shape = tuple(affine.simplify(te.substitute(d, binding)) for d in out.shape)
+            shape = tuple(normal_form(te.substitute(d, binding)) for d in out.shape)
             self.values[target] = Value(target, out.dtype, shape, "node")
             self.spans[target] = st.span
         self.nodes.append(Node(call.func, tuple(names), st.targets,

@@ -22,9 +22,10 @@ each thread. Slower than a hand schedule, but every op builds and runs.
 from __future__ import annotations
 
 from . import te
+from .arith.linear import linear
+from .arith.simplify import simplify
 from .dtypes import to_numpy
 from .schedule import Schedule
-from .simplify import linear, simplify
 from ..target import as_target
 
 COSTLY = ("exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "erf", "pow", "sin", "cos")
@@ -74,7 +75,7 @@ def _contiguous(t: te.Tensor, v: te.Var) -> tuple[bool, bool]:
         using = [k for k, i in enumerate(ld.indices) if _uses(i, v)]
         if not using:
             broadcast = True
-        elif using != [len(ld.indices) - 1] or linear(ld.indices[-1]).terms.get(v) != 1:
+        elif using != [len(ld.indices) - 1] or linear(ld.indices[-1]).coeff(v) != 1:
             contiguous = False
     return contiguous, broadcast
 

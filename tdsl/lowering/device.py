@@ -20,10 +20,10 @@ from dataclasses import dataclass
 
 from ..errors import BuildError
 from . import te
+from .arith.simplify import simplify
 from .dtypes import INDEX
 from .loop_ir import (Allocate, Buffer, BufferLoad, For, ForKind, LoweredFunc, Seq, Stmt,
                       Store, walk_stmt)
-from .simplify import simplify
 
 BLOCK_TAGS = ("blockIdx.x", "blockIdx.y", "blockIdx.z")
 THREAD_TAGS = ("threadIdx.x", "threadIdx.y", "threadIdx.z")

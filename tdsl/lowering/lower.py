@@ -20,7 +20,8 @@ from .default_schedule import default_schedule
 from .loop_ir import LoweredFunc
 from .read_regions import reads
 from .passes import (apply_schedule, barriers, bounds_check, build_nests, flatten, partition,
-                     simplify, thread_reduce, unroll, vectorize, verify as verify_pass)
+                     simplify, thread_reduce, unroll, unswitch, vectorize,
+                     verify as verify_pass)
 from .schedule import Schedule
 from .sizes import stage_shapes
 from .thread_bindings import check as check_thread_bindings
@@ -37,6 +38,7 @@ PIPELINE = [
     ("vectorize", vectorize.run),        # straight-line vectorized loops -> ramps/broadcasts
     ("unroll", unroll.run),              # small unrolled loops -> copies
     ("simplify", simplify.run),
+    ("unswitch", unswitch.run),          # tests that a loop does not change, taken before it
 ]
 
 # GPU targets: cross-thread reductions become log-depth steps (warp shuffles where the

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 
 from ..errors import CallError
 from . import te
-from .bounds import Ctx, bounds
+from .arith.prover import Ctx, bounds
+from .arith.simplify import simplify
 from .dtypes import INDEX
-from .simplify import simplify
 
 
 @dataclass(frozen=True)

@@ -24,8 +24,8 @@ import numpy as np
 
 from ..errors import CallError
 from . import te
-from .simplify import linear
-from .reference_views import NotAnIndex, UnboundVar, eval_index
+from .arith.evaluate import NotAnIndex, UnboundVar, eval_index
+from .arith.linear import exact
 
 
 def argument(name: str, position: int) -> str:
@@ -47,15 +47,16 @@ def value(e: te.Expr, env: Mapping[str, int], what: str) -> int:
         raise CallError(f"{what}: {e} divides by zero with {_show_env(e, env)}") from None
     except NotAnIndex:
         raise CallError(f"{what}: {e} is not an integer shape expression") from None
-    if v < 0:
-        raise CallError(f"{what}: size {e} is {v} (negative) with {_show_env(e, env)}")
     for x in te.walk(e):
         # a window that does not fit: (IH - kernel) // stride + 1 with IH < kernel is 0 or
         # less only by the accident of floor division; a size divides no negative quantity
+        # (the checker keeps `// 1` in sizes for this: `arith.linear.normal_form`)
         if isinstance(x, te.Binary) and x.op in ("//", "%") and eval_index(x.a, env) < 0:
             raise CallError(f"{what}: in the size {e}, {x.a} is {eval_index(x.a, env)} "
                             f"(negative) with {_show_env(e, env)}: is an input smaller "
                             "than a window or kernel?")
+    if v < 0:
+        raise CallError(f"{what}: size {e} is {v} (negative) with {_show_env(e, env)}")
     return v
 
 
@@ -133,12 +134,11 @@ def bind(params: Sequence[tuple[str, tuple[te.Expr, ...], str]], shapes: Sequenc
 def _solve(s: te.Expr, name: str, n: int, env: dict[str, int], arg: str, d: int) -> bool:
     """Bind ``name`` so that ``s == n`` when ``s`` is affine in it with the other sizes
     known; False if it is not. A CallError when no non-negative integer solves it."""
-    known = {te.Var(k): te.Const(v, "i64") for k, v in env.items()}
-    lin = linear(te.substitute(s, known))
+    lin = exact(s, env)
     var = te.Var(name)
-    if set(lin.terms) != {var}:
+    if lin is None or set(lin.terms) != {(var,)}:
         return False
-    a, c = lin.terms[var], lin.const
+    a, c = lin.coeff(var), lin.const
     if (n - c) % a or (n - c) // a < 0:
         raise CallError(f"{arg}: dimension {d} is {n}, which {s} equals for no "
                         f"integer {name} >= 0")

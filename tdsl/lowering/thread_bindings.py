@@ -27,7 +27,7 @@ from ..errors import ScheduleError
 from . import schedule as S
 from . import te
 from .loop_ir import ForKind
-from .passes.stage_graph import StageGraph
+from .directives.stage_graph import StageGraph
 
 
 def check(g: StageGraph, directives, target) -> None:

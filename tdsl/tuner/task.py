@@ -17,7 +17,7 @@ from ..errors import TdslError
 from ..lowering import sizes, te
 from ..lowering.loop_ir import LoweredFunc
 from ..lowering.lower import lower
-from ..lowering.reference import evaluate as reference_evaluate
+from ..lowering.reference.semantics import evaluate as reference_evaluate
 from ..lowering.schedule import Schedule
 from ..target import as_target
 from .log import Workload

@@ -18,8 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .. import te
+from ..arith.simplify import simplify
 from ..dtypes import INDEX
-from ..simplify import simplify
 from .fuse import Group
 from .ir import Graph, Node, eval_size
 
@@ -50,7 +50,6 @@ def run(graph: Graph, group: Group, graph_sizes: dict[str, int], name: str,
     sums, ``P = epilogue(PL[...])`` (the vectorized copy out of the register tile), ``Y``
     copies P."""
     accumulator = caches[0] if caches else None
-    env = {te.Var(k): v for k, v in graph_sizes.items()}
     nodes = [graph.nodes[i] for i in group.nodes]
     apos, last = group.nodes.index(group.anchor), len(nodes) - 1
     anchor = nodes[apos]
@@ -60,7 +59,8 @@ def run(graph: Graph, group: Group, graph_sizes: dict[str, int], name: str,
     inline: dict[str, tuple] = {}            # value -> (axis vars, expression)
     final, anchor_axes, split = [], None, None
     for pos, node in enumerate(nodes):
-        sub = {var: te.Const(eval_size(expr, env), var.dtype) for var, expr in node.binding}
+        sub = {var: te.Const(eval_size(expr, graph_sizes), var.dtype)
+               for var, expr in node.binding}
         mapping: dict[int, object] = {}
         for ph, v in zip(node.fn.inputs, node.inputs):
             if v in inline:

@@ -20,7 +20,7 @@ from typing import Callable
 import numpy as np
 
 from .. import te
-from ..reference import evaluate
+from ..reference.semantics import evaluate
 from .ir import Graph, Node, Value
 
 CONVS = ("conv2d", "depthwise_conv2d")

@@ -23,7 +23,8 @@ from dataclasses import dataclass
 
 from .ir import Graph, Node
 from .patterns import (Pattern, classify, output_is_fusable, output_is_reduction,
-                       reads_elementwise, reads_per_channel)
+                       reads_elementwise, reads_per_channel,
+                       vectors_along_output)
 
 
 @dataclass(frozen=True)
@@ -82,11 +83,14 @@ def _can_join(group: Group, graph: Graph, node: Node, k: int, pat: Pattern, patt
     if group.pattern == Pattern.COMPLEX and pat == Pattern.INJECTIVE:
         anchor = graph.nodes[group.anchor]
         v = node.inputs[k]
-        if output_is_reduction(anchor.fn) and not reads_per_channel(node.fn, k):
-            # after a reduction output (the textbook conv2d) the epilogue runs on the
-            # schedule's register tile of channels: a per-channel operand is a vector load
-            # there, a whole tensor (a residual) would be read lane by lane. Such an op
-            # starts an injective kernel of its own, which vectorizes.
+        if output_is_reduction(anchor.fn) and not reads_per_channel(node.fn, k) \
+                and not vectors_along_output(anchor.fn):
+            # after a reduction output the epilogue runs on the schedule's register tile.
+            # In the NCHW conv2d its vectors run across channels: a per-channel operand is
+            # a vector load there, a whole tensor (a residual) would be read lane by lane,
+            # so such an op starts an injective kernel of its own, which vectorizes. Where
+            # the vectors run along the output's contiguous axis (the blocked conv2d_nchwc,
+            # matmul), a residual is read as whole vectors and fuses.
             return False
         return (output_is_fusable(anchor.fn) and reads_elementwise(node.fn, k)
                 and graph.value(v).shape == graph.value(node.outputs[0]).shape

@@ -8,9 +8,11 @@ Everything is immutable: a pass returns a new `Graph`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Mapping
 
 from ...errors import Span
 from .. import te
+from ..arith.evaluate import NotAnIndex, UnboundVar, eval_index
 
 
 @dataclass(frozen=True)
@@ -38,8 +40,7 @@ class Node:
 
     def sizes(self, graph_sizes: dict[str, int]) -> dict[str, int]:
         """The op's own sizes (``N``, ``C``, ``KH`` ...) at these graph sizes."""
-        env = {te.Var(k): v for k, v in graph_sizes.items()}
-        return {var.name: eval_size(expr, env) for var, expr in self.binding}
+        return {var.name: eval_size(expr, graph_sizes) for var, expr in self.binding}
 
 
 @dataclass(frozen=True)
@@ -70,8 +71,7 @@ class Graph:
         return out
 
     def shape_of(self, name: str, graph_sizes: dict[str, int]) -> tuple[int, ...]:
-        env = {te.Var(k): v for k, v in graph_sizes.items()}
-        return tuple(eval_size(d, env) for d in self.value(name).shape)
+        return tuple(eval_size(d, graph_sizes) for d in self.value(name).shape)
 
     def __str__(self) -> str:
         vals = self.value_map()
@@ -88,26 +88,14 @@ class Graph:
         return "\n".join(lines + ["}"])
 
 
-def eval_size(e: te.Expr, env: dict[te.Var, int]) -> int:
-    """The value of an integer size expression (floor ``//`` and ``%``, like Python)."""
-    match e:
-        case te.Const(value):
-            return int(value)
-        case te.Var():
-            if e not in env:
-                raise KeyError(e.name)
-            return env[e]
-        case te.Cast(a):
-            return eval_size(a, env)
-        case te.Unary("-", a):
-            return -eval_size(a, env)
-        case te.Binary(op, a, b):
-            x, y = eval_size(a, env), eval_size(b, env)
-            if op in ("+", "-", "*"):
-                return x + y if op == "+" else x - y if op == "-" else x * y
-            if y == 0:
-                raise ValueError(f"a division by zero in the size {e}")
-            return x // y if op == "//" else x % y
-        case te.Intrinsic("min" | "max" as name, (a, b)):
-            return (min if name == "min" else max)(eval_size(a, env), eval_size(b, env))
-    raise ValueError(f"not a size expression: {e}")
+def eval_size(e: te.Expr, env: Mapping[str, int]) -> int:
+    """The value of an integer size expression at these sizes (by name), by `arith.evaluate`:
+    a KeyError names a size with no value, a ValueError is a division by zero."""
+    try:
+        return eval_index(e, env)
+    except UnboundVar as u:
+        raise KeyError(u.name) from None
+    except ZeroDivisionError:
+        raise ValueError(f"a division by zero in the size {e}") from None
+    except NotAnIndex:
+        raise ValueError(f"not a size expression: {e}") from None

@@ -107,3 +107,26 @@ def reads_per_channel(fn: te.Function, k: int) -> bool:
 def output_is_reduction(fn: te.Function) -> bool:
     out = fn.outputs[0]
     return not out.is_placeholder and isinstance(out.op.body, te.Reduce)
+
+
+def vectors_along_output(fn: te.Function) -> bool:
+    """Whether the output is one contraction ``sum(a * b)`` in which the innermost output
+    axis, wherever a load uses it, is that load's last index, alone: a vector of
+    consecutive outputs then reads contiguous vectors (or broadcasts) of its operands (the
+    blocked ``conv2d_nchwc``'s ``W[.., fi]``, ``depthwise_conv2d_nchwc``'s ``Xp[.., ci]``
+    and ``W[.., ci]``, matmul's ``B[k, j]``; not the NCHW ``conv2d``, whose ``x`` reads
+    ``Xp[.., x + s]``). A register tile then holds vectors along the output's contiguous
+    axis, and an epilogue reads any tensor of the output's shape (a residual) as whole
+    vectors too."""
+    out = fn.outputs[0] if len(fn.outputs) == 1 else None
+    if out is None or out.is_placeholder or not out.op.axes:
+        return False
+    r = out.op.body
+    if not isinstance(r, te.Reduce) or not isinstance(r.body, te.Binary) or r.body.op != "*":
+        return False
+    inner = out.op.axes[-1].var
+    using = [ld for ld in te.loads(r.body)
+             if any(inner in te.free_vars(i) for i in ld.indices)]
+    return bool(using) and all(
+        ld.indices[-1] == inner and not any(inner in te.free_vars(i) for i in ld.indices[:-1])
+        for ld in using)

@@ -16,14 +16,15 @@ import dataclasses
 from ...errors import ScheduleError
 from .. import schedule as S
 from .. import te
+from ..arith.simplify import ceil_div, simplify
+from ..directives import layout
+from ..directives.checks import (fail as _fail, int_arg as _int, leaf as _leaf,
+                                 live_stage as _live_stage, new_names as _new_names,
+                                 storage_dim, untouched as _untouched)
+from ..directives.stage_graph import (FuseRel, SplitRel, StageGraph, StageState, initial,
+                                      state_of)
 from ..dtypes import INDEX
 from ..loop_ir import ForKind
-from ..simplify import ceil_div, simplify
-from . import layout
-from .schedule_checks import (fail as _fail, int_arg as _int, leaf as _leaf,
-                              live_stage as _live_stage, new_names as _new_names,
-                              storage_dim, untouched as _untouched)
-from .stage_graph import FuseRel, SplitRel, StageGraph, StageState, initial, state_of
 
 
 def run(fn: te.Function, directives) -> StageGraph:

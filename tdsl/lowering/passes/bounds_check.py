@@ -23,7 +23,7 @@ from __future__ import annotations
 import dataclasses
 
 from .. import te
-from ..bounds import Ctx, conjoin, prove
+from ..arith.prover import Ctx, conjoin, prove
 from ..dtypes import INDEX
 from ..loop_ir import (Allocate, BufferLoad, Evaluate, For, If, LetStmt, LoweredFunc,
                        ReadFault, Seq, Stmt, Store)

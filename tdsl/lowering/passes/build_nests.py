@@ -35,14 +35,14 @@ from __future__ import annotations
 import numpy as np
 
 from ...errors import BuildError
-from .. import bounds as B
 from .. import te
+from ..arith import prover as B
+from ..arith.simplify import ceil_div, divides, simplify
+from ..directives import tensorize
+from ..directives.stage_graph import FuseRel, SplitRel, StageGraph, StageState
 from ..dtypes import INDEX, is_float, to_numpy
 from ..loop_ir import (Allocate, Buffer, BufferLoad, For, ForKind, If, LoweredFunc, Seq,
                        Stmt, Store, ThreadReduce)
-from ..simplify import ceil_div, divides, simplify
-from . import tensorize
-from .stage_graph import FuseRel, SplitRel, StageGraph, StageState
 from .flatten import aligned_strides
 
 

@@ -13,10 +13,10 @@ from __future__ import annotations
 import dataclasses
 
 from .. import te
+from ..arith.simplify import simplify
 from ..dtypes import INDEX
 from ..loop_ir import (AddressOf, Allocate, Buffer, BufferLoad, LoweredFunc, Store,
                        rewrite_stmt)
-from ..simplify import simplify
 
 
 def _mul(a: te.Expr, b: te.Expr) -> te.Expr:

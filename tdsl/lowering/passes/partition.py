@@ -23,11 +23,12 @@ from __future__ import annotations
 import dataclasses
 
 from .. import te
-from ..bounds import Ctx, bounds, conjoin, conjuncts, prove
+from ..arith.linear import Linear, linear
+from ..arith.prover import Ctx, bounds, conjoin, conjuncts, prove
+from ..arith.simplify import simplify
 from ..dtypes import INDEX
 from ..loop_ir import (Barrier, For, ForKind, If, LoweredFunc, Seq, Stmt, rewrite_stmt,
                        walk_stmt)
-from ..simplify import Lin, from_linear, linear, simplify
 
 
 def run(func: LoweredFunc) -> LoweredFunc:
@@ -76,31 +77,31 @@ def _split_point(c: te.Expr, v: te.Var, inner: list) -> te.Expr | None:
     if not (isinstance(c, te.Compare) and c.op == "<" and c.a.dtype == INDEX):
         return None
     lin = linear(simplify(c.a)) - linear(simplify(c.b))     # guard: lin < 0
-    f = lin.terms.get(v, 0)
+    f = lin.coeff(v)
     if f <= 0:
         return None
     inner_vars = {w for w, _, _ in inner}
-    r, rest = Lin(), Lin({}, lin.const)
-    for atom, k in lin.terms.items():
-        if atom == v:
+    r, rest = Linear(), Linear({}, lin.const)
+    for m, k in lin.terms.items():
+        if m == (v,):
             continue
-        fv = te.free_vars(atom)
+        fv = set().union(*(te.free_vars(a) for a in m))
         if fv & inner_vars:
             if not fv <= inner_vars:
                 return None
-            r = r + Lin({atom: k})
+            r = r + Linear({m: k})
         else:
             if v in fv:
                 return None
-            rest = rest + Lin({atom: k})
+            rest = rest + Linear({m: k})
     ctx = Ctx()
     for w, mn, ext in inner:
         ctx = ctx.with_loop(w, mn, ext)
-    lo, hi = bounds(from_linear(r), ctx)
+    lo, hi = bounds(r.to_expr(), ctx)
     if lo is None or hi is None or lo < 0 or hi >= f:
         return None
     # v*f + r + rest < 0 for every r in [0, f) iff v < (-rest) // f
-    return simplify(te.Binary("//", from_linear(rest.scale(-1)), te.Const(f, INDEX), INDEX))
+    return simplify(te.Binary("//", rest.scale(-1).to_expr(), te.Const(f, INDEX), INDEX))
 
 
 def _partition(loop: For) -> Stmt | None:

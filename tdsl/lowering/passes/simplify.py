@@ -1,7 +1,7 @@
 """Simplification of a loop program, in context.
 
 Before: any loop IR. After: the same program with every expression simplified by
-`tdsl.lowering.simplify.simplify` given the ranges of the enclosing loops and the facts of
+`tdsl.lowering.arith.simplify.simplify` given the ranges of the enclosing loops and the facts of
 the enclosing conditions (so ``(io * 4 + ii) // 4 -> io`` inside ``for ii in [0, 4)``), and:
 
 - a condition (or one conjunct of it) proven true or false is folded (``if true: s -> s``),
@@ -16,10 +16,10 @@ from __future__ import annotations
 import dataclasses
 
 from .. import te
-from ..bounds import Ctx, bounds, conjoin, conjuncts, prove
+from ..arith.prover import Ctx, bounds, conjoin, conjuncts, prove
+from ..arith.simplify import simplify
 from ..loop_ir import (Allocate, Barrier, Evaluate, For, ForKind, If, LetStmt, LoweredFunc, Seq,
                        Stmt, Store, rewrite_stmt)
-from ..simplify import simplify
 
 EMPTY = Seq(())
 

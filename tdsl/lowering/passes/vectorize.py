@@ -21,10 +21,11 @@ from __future__ import annotations
 
 
 from .. import te
+from ..arith.linear import linear
+from ..arith.simplify import simplify
 from ..dtypes import INDEX, is_float
 from ..loop_ir import (Broadcast, BufferLoad, For, ForKind, LoweredFunc, Ramp, Seq, Store,
                        rewrite_loops, vector_dtype)
-from ..simplify import linear, simplify
 
 
 class _NotVectorizable(Exception):
@@ -67,7 +68,7 @@ class _Vectorizer:
     def contiguous(self, index: te.Expr) -> te.Expr | None:
         """The base of ``index`` if it is ``base + var``, else None."""
         lin = linear(simplify(index))
-        if lin.terms.get(self.var) != 1:
+        if lin.coeff(self.var) != 1:
             return None
         rest = te.substitute(index, {self.var: self.min})
         if self.uses(rest):

@@ -1,11 +1,10 @@
-"""Subscripts for the reference evaluator: exact index arithmetic, affine forms, views, gathers.
+"""Subscripts for the reference evaluator: affine forms, views, gathers.
 
-The evaluator (`reference_eval`) gives every axis variable in scope its own numpy dimension of
+The evaluator (`stage`) gives every axis variable in scope its own numpy dimension of
 one "grid": axis ``v`` is ``start + arange(extent)`` laid along dimension ``dim`` and has size 1
 in all the others, so plain broadcasting makes an expression's array span exactly the axes it
 uses. This module holds what concerns subscripts on that grid:
 
-- `eval_index`: shape and extent expressions in Python ints (exact; ``//`` and ``%`` floor);
 - `affine`: a subscript written as ``const + sum(coef * position[dim])``, when it is one;
 - `strided_view`: a load whose subscripts are all affine and stay in range, as a zero-copy
   ``as_strided`` view with one dimension per axis (no gather, no copy);
@@ -14,15 +13,14 @@ uses. This module holds what concerns subscripts on that grid:
 """
 from __future__ import annotations
 
-import operator
 from dataclasses import dataclass
 from typing import Mapping
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from . import te
-from .dtypes import INDEX
+from .. import te
+from ..arith.linear import exact
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,18 +39,6 @@ class Axis:
         return np.arange(self.start, self.start + self.extent, dtype=np.int64).reshape(shape)
 
 
-class UnboundVar(Exception):
-    """Internal: `eval_index` met a variable with no value (the caller words the CallError)."""
-
-    def __init__(self, name: str):
-        super().__init__(name)
-        self.name = name
-
-
-class NotAnIndex(Exception):
-    """Internal: the expression is not plain integer arithmetic on shape variables."""
-
-
 class OutOfRange(Exception):
     """Internal: a live element reads outside its tensor; the evaluator words the TdslError.
 
@@ -65,62 +51,6 @@ class OutOfRange(Exception):
         self.subscripts = subscripts
 
 
-def _floordiv(a: int, b: int) -> int:
-    if b == 0:
-        raise ZeroDivisionError("division by zero in a shape expression")
-    return a // b
-
-
-def _mod(a: int, b: int) -> int:
-    if b == 0:
-        raise ZeroDivisionError("modulo by zero in a shape expression")
-    return a % b
-
-
-# Python's // and % are already floor division and floor modulo, as the IR specifies.
-_INT_BINARY = {"+": operator.add, "-": operator.sub, "*": operator.mul,
-               "//": _floordiv, "%": _mod}
-_COMPARE = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge,
-            "==": operator.eq, "!=": operator.ne}
-
-
-def eval_index(e: te.Expr, env: Mapping[str, int]) -> int:
-    """Value of a shape/extent expression over bound shape variables, as an exact int.
-
-    Raises `UnboundVar` for a variable not in ``env``, `NotAnIndex` for anything that is not
-    integer arithmetic (a load, a float), ZeroDivisionError for ``// 0``.
-    """
-    match e:
-        case te.Var(name):
-            if name not in env:
-                raise UnboundVar(name)
-            return env[name]
-        case te.Const(value, dtype):
-            if dtype in ("f32", "f64"):
-                raise NotAnIndex(e)
-            return int(value)
-        case te.Binary(op, a, b) if op in _INT_BINARY:
-            return _INT_BINARY[op](eval_index(a, env), eval_index(b, env))
-        case te.Compare(op, a, b):
-            return int(_COMPARE[op](eval_index(a, env), eval_index(b, env)))
-        case te.Logical(op, a, b):
-            x = eval_index(a, env)
-            if op == "and":
-                return int(bool(x) and bool(eval_index(b, env)))
-            return int(bool(x) or bool(eval_index(b, env)))
-        case te.Unary(op, a):
-            x = eval_index(a, env)
-            return -x if op == "-" else int(not x)
-        case te.Cast(a, _):
-            return eval_index(a, env)
-        case te.Select(c, t, f):
-            return eval_index(t if eval_index(c, env) else f, env)
-        case te.Intrinsic("min" | "max" | "abs" as name, args):
-            vals = [eval_index(a, env) for a in args]
-            return {"min": min, "max": max, "abs": abs}[name](*vals)
-    raise NotAnIndex(e)
-
-
 Affine = tuple[dict[int, int], int]   # ({grid dim: coefficient}, constant)
 
 
@@ -131,40 +61,19 @@ def affine(e: te.Expr, axes: Mapping[str, Axis], env: Mapping[str, int]) -> Affi
     Python arithmetic here would not reproduce, so it goes to the general (numpy) path.
     Shape variables are constants here; an axis in a chunk contributes its ``start``.
     """
-    if e.dtype != INDEX:
+    if axes.keys() & env.keys():            # an axis hides a size of the same name
+        env = {k: v for k, v in env.items() if k not in axes}
+    form = exact(e, env, index_only=True)
+    if form is None:
         return None
-    match e:
-        case te.Var(name):
-            if name in axes:
-                ax = axes[name]
-                return {ax.dim: 1}, ax.start
-            if name in env:
-                return {}, env[name]
+    coefs, c = {}, form.const
+    for m, k in form.terms.items():
+        if len(m) != 1 or not isinstance(m[0], te.Var) or m[0].name not in axes:
             return None
-        case te.Const(value):
-            return {}, int(value)
-        case te.Unary("-", a):
-            fa = affine(a, axes, env)
-            return None if fa is None else ({d: -c for d, c in fa[0].items()}, -fa[1])
-        case te.Cast(a):
-            return affine(a, axes, env)
-        case te.Binary(op, a, b) if op in _INT_BINARY:
-            fa, fb = affine(a, axes, env), affine(b, axes, env)
-            if fa is None or fb is None:
-                return None
-            if op in ("+", "-"):
-                sign = 1 if op == "+" else -1
-                coefs = dict(fa[0])
-                for d, c in fb[0].items():
-                    coefs[d] = coefs.get(d, 0) + sign * c
-                return {d: c for d, c in coefs.items() if c}, fa[1] + sign * fb[1]
-            if op == "*" and not fa[0]:
-                return {d: c * fa[1] for d, c in fb[0].items() if c * fa[1]}, fa[1] * fb[1]
-            if op == "*" and not fb[0]:
-                return {d: c * fb[1] for d, c in fa[0].items() if c * fb[1]}, fa[1] * fb[1]
-            if not fa[0] and not fb[0] and fb[1] != 0:      # constant // and %
-                return {}, _INT_BINARY[op](fa[1], fb[1])
-    return None
+        ax = axes[m[0].name]
+        coefs[ax.dim] = coefs.get(ax.dim, 0) + k
+        c += k * ax.start
+    return {d: k for d, k in coefs.items() if k}, c
 
 
 def strided_view(arr: np.ndarray, forms: list[Affine], extents: list[int]) -> np.ndarray | None:

@@ -20,9 +20,9 @@ from __future__ import annotations
 
 from .. import schedule as S
 from .. import te
+from ..arith.simplify import ceil_div, divides, simplify
 from ..dtypes import INDEX
-from ..simplify import ceil_div, divides, simplify
-from .schedule_checks import fail, int_arg, live_stage, new_names, storage_dim
+from .checks import fail, int_arg, live_stage, new_names, storage_dim
 from .stage_graph import StageGraph, StageState
 
 

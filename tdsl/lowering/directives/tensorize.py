@@ -23,10 +23,10 @@ import dataclasses
 
 from ...errors import ScheduleError
 from .. import te
+from ..arith.simplify import simplify
 from ..dtypes import INDEX
 from ..loop_ir import AddressOf, Call, Evaluate
-from ..simplify import simplify
-from .flatten import flat_index, strides_of
+from ..passes.flatten import flat_index, strides_of
 
 
 class _Mismatch(Exception):

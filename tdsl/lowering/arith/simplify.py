@@ -1,9 +1,8 @@
 """Arithmetic simplification of expressions: linear normal forms plus rewrite rules.
 
-Index expressions (dtype ``i64``) are brought to a *linear form* ``sum(c_k * atom_k) + c0``
-where an atom is a variable or a sub-expression the form cannot open (``x // 4``, ``x % 4``,
-``min(a, b)``, a load). Two index expressions with the same form are equal for all values, so
-``(io * 8 + ii) - io * 8`` becomes ``ii`` and bound inference can cancel terms.
+Index expressions (dtype ``i64``) are brought to their normal form (`linear.Linear`,
+``const + sum(coef * monomial)``), so ``(io * 8 + ii) - io * 8`` becomes ``ii`` and bound
+inference can cancel terms.
 
 Floor identities used (exact for all integers, ``c > 0``):
 
@@ -23,111 +22,39 @@ from typing import Callable
 
 import numpy as np
 
-from . import te
-from .dtypes import INDEX, is_float, to_numpy
-from .loop_ir import BufferLoad
+from .. import te
+from ..dtypes import INDEX, is_float, to_numpy
+from ..loop_ir import BufferLoad
+from .linear import Linear, linear
 
 MAX_ROUNDS = 16
 Bound = Callable[[te.Expr], tuple]
-
-
-# ---------------------------------------------------------------------------- linear forms
-
-class Lin:
-    """``sum(coef * atom) + const`` over index atoms; immutable by convention."""
-    __slots__ = ("terms", "const")
-
-    def __init__(self, terms: dict | None = None, const: int = 0):
-        self.terms = {a: c for a, c in (terms or {}).items() if c != 0}
-        self.const = const
-
-    def __add__(self, o: "Lin") -> "Lin":
-        t = dict(self.terms)
-        for a, c in o.terms.items():
-            t[a] = t.get(a, 0) + c
-        return Lin(t, self.const + o.const)
-
-    def scale(self, k: int) -> "Lin":
-        return Lin({a: c * k for a, c in self.terms.items()}, self.const * k)
-
-    def __sub__(self, o: "Lin") -> "Lin":
-        return self + o.scale(-1)
-
-    @property
-    def is_const(self) -> bool:
-        return not self.terms
-
-    def __repr__(self) -> str:
-        return f"Lin({self.terms}, {self.const})"
 
 
 def is_index(e: te.Expr) -> bool:
     return e.dtype == INDEX
 
 
-def linear(e: te.Expr) -> Lin:
-    """The linear form of an index expression (atoms are left as they are)."""
-    match e:
-        case te.Const(v):
-            return Lin({}, int(v))
-        case te.Binary("+", a, b):
-            return linear(a) + linear(b)
-        case te.Binary("-", a, b):
-            return linear(a) - linear(b)
-        case te.Binary("*", a, b):
-            la, lb = linear(a), linear(b)
-            if lb.is_const:
-                return la.scale(lb.const)
-            if la.is_const:
-                return lb.scale(la.const)
-        case te.Unary("-", a):
-            return linear(a).scale(-1)
-    return Lin({e: 1})
-
-
-def _atom_key(a: te.Expr):
-    # Variables first, by name; then other atoms by their (deterministic) repr.
-    return (0, a.name, "") if isinstance(a, te.Var) else (1, type(a).__name__, repr(a))
-
-
-def from_linear(lin: Lin, dtype: str = INDEX) -> te.Expr:
-    """Rebuild a canonical expression: terms in `_atom_key` order, constant last."""
-    out: te.Expr | None = None
-    for atom in sorted(lin.terms, key=_atom_key):
-        c = lin.terms[atom]
-        mag = abs(c) if out is not None else c
-        term = atom if mag == 1 else te.Binary("*", atom, te.Const(mag, dtype), dtype)
-        if out is None:
-            out = term
-        else:
-            out = te.Binary("-" if c < 0 else "+", out, term, dtype)
-    if out is None:
-        return te.Const(lin.const, dtype)
-    if lin.const:
-        op = "-" if lin.const < 0 else "+"
-        out = te.Binary(op, out, te.Const(abs(lin.const), dtype), dtype)
-    return out
-
-
-def _expand_floor_multiples(lin: Lin) -> Lin:
+def expand_floor_multiples(lin: Linear) -> Linear:
     """``k * (x // c)`` with ``c | k`` -> ``(k / c) * (x - x % c)``, when that cancels the
     ``x % c`` term (``4 * (f // 4) + f % 4 -> f``) or ``x``'s (``4 * (n // 4) - n -> -(n %
     4)``); otherwise the floor term is the easier one to bound."""
-    for atom, k in list(lin.terms.items()):
-        match atom:
+    for m, k in lin.terms.items():
+        if len(m) != 1:
+            continue
+        match m[0]:
             case te.Binary("//", x, te.Const(c)) if c > 0 and k % c == 0:
-                m = k // c
-                rest = Lin({a: v for a, v in lin.terms.items() if a is not atom}, lin.const)
+                rest = Linear({a: v for a, v in lin.terms.items() if a is not m}, lin.const)
                 mod = te.Binary("%", x, te.Const(c, INDEX), INDEX)
                 lx = linear(x)
-                out = rest + lx.scale(m) + Lin({mod: -m})
-                if mod not in out.terms or not any(a in out.terms for a in lx.terms):
-                    return _expand_floor_multiples(out)
+                out = rest + lx.scale(k // c) + Linear.atom(mod, -(k // c))
+                if (mod,) not in out.terms or not any(a in out.terms for a in lx.terms):
+                    return expand_floor_multiples(out)
     return lin
 
 
 def normalize(e: te.Expr) -> te.Expr:
-    return from_linear(_expand_floor_multiples(linear(e)), e.dtype)
+    return expand_floor_multiples(linear(e)).to_expr(e.dtype)
 
 
 # ---------------------------------------------------------------------------- rules
@@ -243,17 +170,17 @@ def floor_div_mod(e: te.Expr, bound: Bound | None) -> te.Expr | None:
                 case te.Binary("%", y, te.Const(a)) if op == "%" and a > 0 and a % c == 0:
                     return te.Binary("%", y, te.Const(c, INDEX), INDEX)  # (y%(kc))%c -> y%c
             lin = linear(x)
-            q = Lin({a: k // c for a, k in lin.terms.items() if k % c == 0}, lin.const // c)
-            r = Lin({a: k for a, k in lin.terms.items() if k % c != 0}, lin.const % c)
+            q = Linear({m: k // c for m, k in lin.terms.items() if k % c == 0}, lin.const // c)
+            r = Linear({m: k for m, k in lin.terms.items() if k % c != 0}, lin.const % c)
             if bound is not None:
-                lo, hi = bound(from_linear(r))
+                lo, hi = bound(r.to_expr())
                 if lo is not None and hi is not None and 0 <= lo and hi < c:
                     # 0 <= r < c: (c*q + r) // c == q and (c*q + r) % c == r
-                    return from_linear(q) if op == "//" else from_linear(r)
+                    return q.to_expr() if op == "//" else r.to_expr()
             if q.is_const and q.const == 0 and op == "//":
                 return None                               # nothing divisible to pull out
-            rest = te.Binary(op, from_linear(r), te.Const(c, INDEX), INDEX)
-            out = from_linear(q + Lin({rest: 1})) if op == "//" else rest
+            rest = te.Binary(op, r.to_expr(), te.Const(c, INDEX), INDEX)
+            out = (q + Linear.atom(rest)).to_expr() if op == "//" else rest
             return None if out == e else out
     return None
 
@@ -265,7 +192,7 @@ def min_max(e: te.Expr, bound: Bound | None) -> te.Expr | None:
                 return a
             d = linear(a) - linear(b)
             lo, hi = (d.const, d.const) if d.is_const else \
-                (bound(from_linear(d)) if bound else (None, None))
+                (bound(d.to_expr()) if bound else (None, None))
             match a, b:
                 case (te.Binary("//", x, te.Const(c)), te.Binary("//", y, te.Const(c2))) \
                         if c == c2 and c > 0:
@@ -290,7 +217,7 @@ def compare_index(e: te.Expr, bound: Bound | None) -> te.Expr | None:
             if d.is_const:
                 lo = hi = d.const
             elif bound is not None:
-                lo, hi = bound(from_linear(d))
+                lo, hi = bound(d.to_expr())
             else:
                 return None
             truth = _decide(op, lo, hi)

@@ -3,41 +3,50 @@
 A `Ctx` is what is known at a program point: the range of every enclosing loop variable,
 ``v in [lo, hi]`` with ``lo``/``hi`` expressions (``hi == min + extent - 1``), and *facts*
 from enclosing conditions, each a linear form known to be ``<= 0``. Variables that no loop
-binds are shape variables: sizes, so ``>= 0``.
+binds are shape variables: sizes, so ``>= 0`` (``>= 1`` for the sizes a context knows to be
+positive).
 
 `bounds` gives numeric ``(lo, hi)`` (None: unbounded): loop variables are replaced by their
 range ends *symbolically* first, so that ``io * 4 + ii - 4 * ((N + 3) // 4)`` cancels before
 anything is bounded (interval arithmetic on the raw tree would lose the correlation). A
 fact ``F <= 0`` tightens an upper bound: ``X == (X - m*F) + m*F <= X - m*F`` for ``m >= 0``.
 
-`relax` is the symbolic version used by bound inference: it eliminates only some variables
-(the loops inside a compute_at point) and keeps the others as symbols.
+`relax` is the symbolic version used by bound inference and by the checker: it eliminates only
+some variables (the loops inside a compute_at point, the index variables of an access) and
+keeps the others as symbols.
 """
 from __future__ import annotations
 
-from . import te
-from .dtypes import INDEX
-from .simplify import Lin, _expand_floor_multiples, from_linear, is_index, linear, simplify
+from .. import te
+from ..dtypes import INDEX
+from .linear import Linear, linear
+from .simplify import expand_floor_multiples, is_index, simplify
 
 _MAX_DEPTH = 8
 _NEGATE = {"<": ">=", "<=": ">", ">": "<=", ">=": "<", "==": "!=", "!=": "=="}
 
 
 class Ctx:
-    """Loop ranges and facts at a program point. Immutable: `with_*` return new contexts."""
-    __slots__ = ("ranges", "facts")
+    """Loop ranges, facts and positive sizes at a program point. Immutable: `with_*` return
+    new contexts."""
+    __slots__ = ("ranges", "facts", "positive", "atom_bounds")
 
-    def __init__(self, ranges: dict | None = None, facts: tuple = ()):
+    def __init__(self, ranges: dict | None = None, facts: tuple = (),
+                 positive: frozenset = frozenset()):
         self.ranges: dict[te.Var, tuple[te.Expr, te.Expr]] = ranges or {}
-        self.facts: tuple[Lin, ...] = facts
+        self.facts: tuple[Linear, ...] = facts
+        self.positive: frozenset[te.Var] = positive
+        # bounds of atoms already worked out here: the statements of one loop body share a
+        # context and the same atoms (an unrolled tile's ``blk % 86``, dozens of times)
+        self.atom_bounds: dict = {}
 
     def with_loop(self, var: te.Var, min_: te.Expr, extent: te.Expr) -> "Ctx":
         hi = simplify(te.Binary("-", te.Binary("+", min_, extent, INDEX),
                                 te.Const(1, INDEX), INDEX))
-        return Ctx({**self.ranges, var: (min_, hi)}, self.facts)
+        return Ctx({**self.ranges, var: (min_, hi)}, self.facts, self.positive)
 
     def with_point(self, var: te.Var, value: te.Expr) -> "Ctx":
-        return Ctx({**self.ranges, var: (value, value)}, self.facts)
+        return Ctx({**self.ranges, var: (value, value)}, self.facts, self.positive)
 
     def with_cond(self, cond: te.Expr, truth: bool = True) -> "Ctx":
         new = tuple(_with_numerators(facts_of(cond, truth)))
@@ -45,28 +54,28 @@ class Ctx:
             return self
         ranges = dict(self.ranges)
         for f in new:       # a fact on one loop variable narrows its range: k*v + c <= 0
-            if len(f.terms) == 1:
-                (v, k), = f.terms.items()
+            if len(f.terms) == 1 and len(next(iter(f.terms))) == 1:
+                ((v,), k), = f.terms.items()
                 if v in ranges and k > 0:
                     ranges[v] = (ranges[v][0], _tighter("min", ranges[v][1], (-f.const) // k))
                 elif v in ranges and k < 0:
                     ranges[v] = (_tighter("max", ranges[v][0], -(f.const // k)), ranges[v][1])
-        return Ctx(ranges, self.facts + new)
+        return Ctx(ranges, self.facts + new, self.positive)
 
 
-def _with_numerators(facts: list[Lin]) -> list[Lin]:
+def _with_numerators(facts: list[Linear]) -> list[Linear]:
     """Add ``x <= c*K + c - 1`` for a fact ``x // c <= K`` (and ``x >= c*K`` for
     ``x // c >= K``): guards of fused axes bound ``f // E``, accesses use ``f``."""
     out = list(facts)
     for f in facts:
         if len(f.terms) != 1:
             continue
-        (a, k), = f.terms.items()
-        match a:
-            case te.Binary("//", x, te.Const(c)) if c > 0 and k == 1:
-                out.append(linear(x) - Lin({}, c * -f.const + c - 1))
-            case te.Binary("//", x, te.Const(c)) if c > 0 and k == -1:
-                out.append(Lin({}, c * f.const) - linear(x))
+        (m, k), = f.terms.items()
+        match m:
+            case (te.Binary("//", x, te.Const(c)),) if c > 0 and k == 1:
+                out.append(linear(x) - Linear({}, c * -f.const + c - 1))
+            case (te.Binary("//", x, te.Const(c)),) if c > 0 and k == -1:
+                out.append(Linear({}, c * f.const) - linear(x))
     return out
 
 
@@ -76,7 +85,7 @@ def _tighter(name: str, old: te.Expr, bound: int) -> te.Expr:
     return te.Intrinsic(name, (old, te.Const(bound, INDEX)), INDEX)
 
 
-def facts_of(cond: te.Expr, truth: bool = True) -> list[Lin]:
+def facts_of(cond: te.Expr, truth: bool = True) -> list[Linear]:
     """Linear forms ``F`` with ``F <= 0`` implied by ``cond`` having the value ``truth``."""
     match cond:
         case te.Logical("and", a, b) if truth:
@@ -88,7 +97,7 @@ def facts_of(cond: te.Expr, truth: bool = True) -> list[Lin]:
         case te.Compare(op, a, b) if is_index(a):
             op = op if truth else _NEGATE[op]
             d = linear(a) - linear(b)
-            one = Lin({}, 1)
+            one = Linear({}, 1)
             return {"<": [d + one], "<=": [d], ">": [one - d], ">=": [d.scale(-1)],
                     "==": [d, d.scale(-1)], "!=": []}[op]
     return []
@@ -103,7 +112,7 @@ def bounds(e: te.Expr, ctx: Ctx | None = None) -> tuple[int | None, int | None]:
     return _lo(lin, ctx, 0), _hi(lin, ctx, 0)
 
 
-def _hi(lin: Lin, ctx: Ctx, depth: int) -> int | None:
+def _hi(lin: Linear, ctx: Ctx, depth: int) -> int | None:
     best = _upper(lin, ctx, depth)
     # Facts are tried on the expression and one level into its atoms (``x // 13`` under
     # ``x < 91``); deeper they would multiply the work at every level for little gain.
@@ -115,12 +124,12 @@ def _hi(lin: Lin, ctx: Ctx, depth: int) -> int | None:
     return best
 
 
-def _lo(lin: Lin, ctx: Ctx, depth: int) -> int | None:
+def _lo(lin: Linear, ctx: Ctx, depth: int) -> int | None:
     h = _hi(lin.scale(-1), ctx, depth)
     return None if h is None else -h
 
 
-def _multipliers(lin: Lin, fact: Lin) -> set[int]:
+def _multipliers(lin: Linear, fact: Linear) -> set[int]:
     """Multiples of a fact worth subtracting: those cancelling one of ``lin``'s atoms."""
     out = {1}
     for a, k in lin.terms.items():
@@ -130,24 +139,25 @@ def _multipliers(lin: Lin, fact: Lin) -> set[int]:
     return out
 
 
-def _upper(lin: Lin, ctx: Ctx, depth: int) -> int | None:
+def _upper(lin: Linear, ctx: Ctx, depth: int) -> int | None:
     """Upper bound ignoring facts: substitute range ends, then bound the remaining atoms."""
     if depth > _MAX_DEPTH:
         return None
     for _ in range(_MAX_DEPTH):
-        loop_vars = [a for a in lin.terms if isinstance(a, te.Var) and a in ctx.ranges]
-        if not loop_vars:
+        # (a type test first: hashing a large atom is not cheap)
+        if not any(len(m) == 1 and type(m[0]) is te.Var and m[0] in ctx.ranges
+                   for m in lin.terms):
             break
-        out = Lin({}, lin.const)
-        for a, k in lin.terms.items():
-            if a in ctx.ranges:
-                out = out + linear(ctx.ranges[a][1 if k > 0 else 0]).scale(k)
+        out = Linear({}, lin.const)
+        for m, k in lin.terms.items():
+            if len(m) == 1 and type(m[0]) is te.Var and m[0] in ctx.ranges:
+                out = out + linear(ctx.ranges[m[0]][1 if k > 0 else 0]).scale(k)
             else:
-                out = out + Lin({a: k})
-        lin = _expand_floor_multiples(out)
+                out = out + Linear({m: k})
+        lin = expand_floor_multiples(out)
     total = lin.const
-    for a, k in lin.terms.items():
-        lo, hi = _atom_bounds(a, ctx, depth + 1)
+    for m, k in lin.terms.items():
+        lo, hi = _monomial_bounds(m, ctx, depth + 1)
         end = hi if k > 0 else lo
         if end is None:
             return None
@@ -155,7 +165,34 @@ def _upper(lin: Lin, ctx: Ctx, depth: int) -> int | None:
     return total
 
 
+def _monomial_bounds(m: tuple, ctx: Ctx, depth: int) -> tuple[int | None, int | None]:
+    """Bounds of a product of atoms, from each atom's (a missing end is unbounded)."""
+    lo, hi = _atom_bounds(m[0], ctx, depth)
+    for a in m[1:]:
+        lo, hi = _times((lo, hi), _atom_bounds(a, ctx, depth))
+    return lo, hi
+
+
+def _times(x: tuple, y: tuple) -> tuple[int | None, int | None]:
+    (l1, h1), (l2, h2) = x, y
+    if l1 is not None and l2 is not None and l1 >= 0 and l2 >= 0:
+        # both non-negative: the product grows with each factor
+        return l1 * l2, (None if h1 is None or h2 is None else h1 * h2)
+    if None in (l1, h1, l2, h2):
+        return None, None
+    ends = [l1 * l2, l1 * h2, h1 * l2, h1 * h2]
+    return min(ends), max(ends)
+
+
 def _atom_bounds(a: te.Expr, ctx: Ctx, depth: int) -> tuple[int | None, int | None]:
+    key = (a, depth)
+    out = ctx.atom_bounds.get(key)
+    if out is None:
+        out = ctx.atom_bounds[key] = _atom_bounds_uncached(a, ctx, depth)
+    return out
+
+
+def _atom_bounds_uncached(a: te.Expr, ctx: Ctx, depth: int) -> tuple[int | None, int | None]:
     def sub(x):
         lx = linear(x)
         return _lo(lx, ctx, depth), _hi(lx, ctx, depth)
@@ -164,7 +201,7 @@ def _atom_bounds(a: te.Expr, ctx: Ctx, depth: int) -> tuple[int | None, int | No
         case te.Var() if a in ctx.ranges:
             return sub(a)                       # still a loop var: range ends not reducible
         case te.Var():
-            return 0, None                      # a shape variable: a size
+            return int(a in ctx.positive), None     # a shape variable: a size
         case te.Binary("%", x, te.Const(c)) if c > 0:
             lo, hi = sub(x)
             if lo is not None and hi is not None and 0 <= lo and hi < c:
@@ -183,12 +220,6 @@ def _atom_bounds(a: te.Expr, ctx: Ctx, depth: int) -> tuple[int | None, int | No
             else:
                 lo = l1 if l2 is None else (l2 if l1 is None else lo)
             return lo, hi
-        case te.Binary("*", x, y) if is_index(a):
-            (l1, h1), (l2, h2) = sub(x), sub(y)
-            if None in (l1, h1, l2, h2):
-                return None, None
-            ends = [l1 * l2, l1 * h2, h1 * l2, h1 * h2]
-            return min(ends), max(ends)
         case te.Select(_, t, f) if is_index(a):
             (l1, h1), (l2, h2) = sub(t), sub(f)
             return (None if None in (l1, l2) else min(l1, l2)), \
@@ -247,39 +278,53 @@ def conjoin(conds) -> te.Expr:
 
 # ---------------------------------------------------------------------------- relaxation
 
-def relax(e: te.Expr, inner: dict[te.Var, tuple[te.Expr, te.Expr]]) -> tuple | None:
+def relax(e: te.Expr, inner: dict[te.Var, tuple[te.Expr, te.Expr]],
+          attained: bool = False) -> tuple | None:
     """Symbolic ``(lo, hi)`` of ``e`` as the variables in ``inner`` range over their
-    ``[lo, hi]``; other variables stay symbols. None when ``e`` is not affine enough."""
+    ``[lo, hi]``; other variables stay symbols. None when ``e`` is not affine enough.
+
+    With ``attained``, the bounds are values ``e`` really takes (at the ends of the ranges),
+    not just bounds; None where that is not sure: a variable in two terms (``i - i // 2``),
+    or under ``%``."""
     lin = linear(simplify(e))
-    lo, hi = Lin({}, lin.const), Lin({}, lin.const)
-    for a, k in lin.terms.items():
-        if a in inner:
-            a_lo, a_hi = inner[a]
-        elif not (te.free_vars(a) & inner.keys()):
-            a_lo = a_hi = a
-        else:
-            r = _relax_atom(a, inner)
+    lo, hi = Linear({}, lin.const), Linear({}, lin.const)
+    seen: set[te.Var] = set()
+    for m, k in lin.terms.items():
+        used = set().union(*(te.free_vars(a) for a in m)) & inner.keys()
+        if attained and used & seen:
+            return None
+        seen |= used
+        if not used:
+            m_lo = m_hi = Linear({m: 1})
+        elif len(m) == 1 and m[0] in inner:
+            m_lo, m_hi = (linear(x) for x in inner[m[0]])
+        elif len(m) == 1:
+            r = _relax_atom(m[0], inner, attained)
             if r is None:
                 return None
-            a_lo, a_hi = r
+            m_lo, m_hi = (linear(x) for x in r)
+        else:
+            return None                     # a loop variable in a product: not affine
         if k < 0:
-            a_lo, a_hi = a_hi, a_lo
-        lo = lo + linear(a_lo).scale(k)
-        hi = hi + linear(a_hi).scale(k)
-    return simplify(from_linear(lo)), simplify(from_linear(hi))
+            m_lo, m_hi = m_hi, m_lo
+        lo = lo + m_lo.scale(k)
+        hi = hi + m_hi.scale(k)
+    return simplify(lo.to_expr()), simplify(hi.to_expr())
 
 
-def _relax_atom(a: te.Expr, inner) -> tuple | None:
+def _relax_atom(a: te.Expr, inner, attained: bool) -> tuple | None:
     match a:
         case te.Binary("//", x, te.Const(c) as cc) if c > 0:
-            r = relax(x, inner)
+            r = relax(x, inner, attained)
             if r is None:
                 return None
             return tuple(te.Binary("//", v, cc, INDEX) for v in r)       # monotone
-        case te.Binary("%", x, te.Const(c)) if c > 0:
+        case te.Binary("%", x, te.Const(c)) if c > 0 and not attained:
             return te.Const(0, INDEX), te.Const(c - 1, INDEX)
         case te.Intrinsic("min" | "max" as name, (x, y)):
-            rx, ry = relax(x, inner), relax(y, inner)
+            if attained and te.free_vars(x) & te.free_vars(y) & inner.keys():
+                return None                 # min(i, N - i) is largest inside the range
+            rx, ry = relax(x, inner, attained), relax(y, inner, attained)
             if rx is None or ry is None:
                 return None
             return tuple(te.Intrinsic(name, (u, v), INDEX) for u, v in zip(rx, ry))

@@ -10,8 +10,8 @@ exactly right, then fast:
 - a read outside a tensor is a `CallError` (compiled kernels raise the same, see
   `read_regions`), except in the untaken branch of a ``select`` (and
   the short-circuited operand of ``and``/``or``), which has no effect;
-- evaluation is vectorised: see `reference_eval` for the grid layout, the einsum path for
-  sums of products, and chunking; `reference_views` for strided views and checked gathers.
+- evaluation is vectorised: see `stage` for the grid layout, the einsum path for
+  sums of products, and chunking; `views` for strided views and checked gathers.
 """
 from __future__ import annotations
 
@@ -20,12 +20,11 @@ from typing import Sequence
 
 import numpy as np
 
-from ..errors import CallError
-from . import te
-from .dtypes import canonical_bools, is_float, is_int, to_numpy
-from .reference_eval import Evaluator, reduce_depth
-from . import sizes
-from .reference_views import Axis
+from ...errors import CallError
+from .. import sizes, te
+from ..dtypes import canonical_bools, is_float, is_int, to_numpy
+from .stage import Evaluator, reduce_depth
+from .views import Axis
 
 __all__ = ["evaluate", "bind_arguments"]
 

@@ -12,7 +12,7 @@ an emitted kernel never performs those reads either). Loads only check bounds wh
 True and clip elsewhere: the IR's select is lazy in meaning even though numpy evaluates both
 sides.
 
-Speed: affine in-range loads are strided views (`reference_views`); a ``sum`` of a product is
+Speed: affine in-range loads are strided views (`views`); a ``sum`` of a product is
 one ``np.einsum`` over the factors, each evaluated on its own axes only (a conv never builds the
 data x reduction grid); other reductions are chunked so no array exceeds `GRID_LIMIT` elements.
 """
@@ -23,11 +23,11 @@ import math
 
 import numpy as np
 
-from ..errors import CallError
-from . import te
-from .dtypes import is_float, is_int, to_numpy
-from .quantize import multiply_by_quantized_multiplier
-from .reference_views import Axis, OutOfRange, affine, gather, strided_view
+from ...errors import CallError
+from .. import te
+from ..dtypes import is_float, is_int, to_numpy
+from ..quantize import multiply_by_quantized_multiplier
+from .views import Axis, OutOfRange, affine, gather, strided_view
 
 # Largest grid (elements) a reduction may materialise before it is evaluated in chunks.
 GRID_LIMIT = 1 << 26

@@ -1,0 +1,229 @@
+"""The graph-level layout pass: activations between convolutions in NCHW[lanes]c.
+
+Layout on and off, fused and unfused, give the same numbers (and the ops' references'); the
+blocked ops' references are checked against independent numpy; the blocked width is the
+target's lanes (a target with other lanes blocks by them); the residual add of a ResNet
+block fuses into the blocked convolution; `tdsl graph` prints the layouts. Builds need gcc.
+"""
+from __future__ import annotations
+
+import shutil
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import tdsl
+from tdsl import cli
+from tdsl.api import stdlib
+from tdsl.graph_api import CompiledGraph
+from tdsl.lowering.graph.patterns import vectors_along_output
+from tdsl.target import as_target
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "models"
+needs_gcc = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
+TOL = dict(rtol=1e-4, atol=1e-4)
+LANES = as_target("c").lanes
+
+
+def load(name: str) -> tdsl.Graph:
+    return tdsl.load(EXAMPLES / f"{name}.tdsl")[name]
+
+
+def rand(shape, seed=1):
+    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+def blocked(x: np.ndarray, k: int) -> np.ndarray:
+    """NCHW -> NCHW[k]c, in numpy."""
+    n, c, h, w = x.shape
+    return x.reshape(n, c // k, k, h, w).transpose(0, 1, 3, 4, 2)
+
+
+# ---------------------------------------------------------------------------- the ops
+
+def test_the_blocked_ops_references_agree_with_numpy():
+    std = stdlib()
+    x, w = rand((2, 8, 6, 7)), rand((12, 8, 3, 3), 2)
+    xb = std["to_nchwc"].reference(x, block=4)
+    np.testing.assert_array_equal(xb, blocked(x, 4))
+    np.testing.assert_array_equal(std["from_nchwc"].reference(xb), x)
+    wp = std["pack_conv_weights"].reference(w, in_block=4, out_block=6)
+    np.testing.assert_array_equal(wp, w.reshape(2, 6, 2, 4, 3, 3).transpose(0, 2, 4, 5, 3, 1))
+    want = std["conv2d"].reference(x, w, stride=2, padding=1)
+    got = std["conv2d_nchwc"].reference(xb, wp, stride=2, padding=1)
+    np.testing.assert_allclose(got, blocked(want, 6), rtol=1e-5, atol=1e-5)
+    want = std["conv2d"].reference(x, w, stride=2)
+    got = std["conv2d_nchwc_valid"].reference(xb, wp, stride=2)
+    np.testing.assert_allclose(got, blocked(want, 6), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(std["global_avg_pool2d_nchwc"].reference(xb),
+                               x.mean(axis=(2, 3)), rtol=1e-5, atol=1e-6)
+    dw = rand((8, 1, 3, 3), 3)
+    dwp = std["pack_depthwise_weights"].reference(dw, block=4)
+    np.testing.assert_array_equal(dwp, dw[:, 0].reshape(2, 4, 3, 3).transpose(0, 2, 3, 1))
+    np.testing.assert_allclose(
+        std["depthwise_conv2d_nchwc"].reference(xb, dwp, stride=2, padding=1),
+        blocked(std["depthwise_conv2d"].reference(x, dw, stride=2, padding=1), 4),
+        rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(std["max_pool2d_nchwc"].reference(xb, kernel=2),
+                                  blocked(std["max_pool2d"].reference(x, kernel=2), 4))
+
+
+def test_only_a_contraction_vectorized_along_the_output_takes_a_residual():
+    std = stdlib()
+    assert vectors_along_output(std["conv2d_nchwc"].function())
+    assert vectors_along_output(std["matmul"].function())
+    assert not vectors_along_output(std["conv2d"].function())
+    assert vectors_along_output(std["depthwise_conv2d_nchwc"].function())
+    assert not vectors_along_output(std["depthwise_conv2d"].function())
+
+
+# ---------------------------------------------------------------------------- the pass
+
+def test_the_small_cnn_runs_blocked_between_its_convs_with_the_residual_fused():
+    g = load("small_cnn")
+    c = CompiledGraph(g, g.random_params(), {"B": 1}, True, True, "c", True)
+    kernels = [tuple(c.ir.nodes[i].op for i in grp.nodes) for grp in c.groups]
+    assert kernels == [
+        ("to_nchwc",),                                       # the input, at the edge
+        ("conv2d_nchwc", "bias_add_nchwc", "relu"), ("max_pool2d_nchwc",),
+        ("conv2d_nchwc", "bias_add_nchwc", "relu"),
+        ("conv2d_nchwc", "bias_add_nchwc", "add", "relu"),   # the residual block, one kernel
+        ("global_avg_pool2d_nchwc",), ("dense",)]
+    assert c.layouts["r1"] == f"NCHW{LANES}c" and c.layouts["x"] == "NCHW"
+    assert c.ir.shape_of("r1", c.sizes) == (1, 32 // LANES, 32, 32, LANES)
+    # the packed weights were computed at build time: no kernel packs them
+    assert not any(n.op.startswith("pack_") for n in c.ir.nodes)
+    assert c.weights["n2_w_packed"].shape == (32 // LANES, 32 // LANES, 3, 3, LANES, LANES)
+
+
+def test_the_block_is_the_targets_lanes():
+    g = load("small_cnn")
+    c = CompiledGraph(g, g.random_params(), {"B": 1}, True, True, "c -lanes=8", True)
+    assert c.ir.shape_of("r2", c.sizes) == (1, 4, 16, 16, 8)
+    for target in ("c -lanes=1", "c-embedded -mcpu=cortex-m55"):    # no SIMD; not the host
+        c = CompiledGraph(g, g.random_params(), {"B": 1}, True, True, target, True)
+        assert not c.layouts and "conv2d" in {n.op for n in c.ir.nodes}
+
+
+def test_an_op_without_a_blocked_form_gets_nchw_back_once():
+    g = tdsl.loads("""import std
+graph g(x: f32[1, 16, 8, 8]) -> (y: f32[1, 16, 8, 8], z: f32[1, 16, 10, 10]) {
+    param w: f32[16, 16, 3, 3]
+    c = conv2d(x, w; padding=1)
+    y = sigmoid(c)
+    z = pad2d(c; padding=1)
+}""")["g"]
+    c = CompiledGraph(g, g.random_params(), {}, False, True, "c -lanes=8", True)
+    ops = [n.op for n in c.ir.nodes]
+    assert ops == ["to_nchwc", "conv2d_nchwc", "sigmoid", "from_nchwc", "pad2d",
+                   "from_nchwc"]
+    assert c.ir.nodes[-1].outputs == ("y",) and c.layouts["y"] == "NCHW"
+
+
+def test_a_blocked_graph_output_read_by_an_nchw_op_is_still_computed():
+    g = tdsl.loads("""import std
+graph g(x: f32[1, 8, 6, 6]) -> (c: f32[1, 8, 6, 6], z: f32[1, 8, 8, 8]) {
+    param w: f32[8, 8, 3, 3]
+    c = conv2d(x, w; padding=1)
+    z = pad2d(c; padding=1)
+}""")["g"]
+    c = CompiledGraph(g, g.random_params(), {}, False, True, "c -lanes=8", True)
+    assert [(n.op, n.outputs) for n in c.ir.nodes] == [
+        ("to_nchwc", ("x_nchw8c",)), ("conv2d_nchwc", ("c_nchwc",)), ("from_nchwc", ("c",)),
+        ("pad2d", ("z",))]
+
+
+# ---------------------------------------------------------------------------- numbers
+
+def test_a_mobilenet_block_stays_blocked_through_its_depthwise_convs():
+    g = load("mobilenet_block")
+    c = CompiledGraph(g, g.random_params(), {"B": 1}, True, True, "c -lanes=8", True)
+    ops = [n.op for n in c.ir.nodes]
+    assert ops.count("to_nchwc") == 1 and ops.count("from_nchwc") == 1
+    assert ops[-1] == "from_nchwc" and "depthwise_conv2d_nchwc" in ops
+    assert [tuple(f.ops) for f in c.functions][1] == ("depthwise_conv2d_nchwc",
+                                                      "bias_add_nchwc", "clip")
+
+
+@needs_gcc
+@pytest.mark.parametrize("name, shape", [("small_cnn", (2, 3, 32, 32)),
+                                         ("mobilenet_block", (1, 32, 28, 28))])
+def test_layout_on_and_off_fused_and_unfused_agree(name, shape):
+    g = load(name)
+    p = g.random_params()
+    x = rand(shape)
+    want = g.reference(x, params=p)
+    for kw in (dict(layout=True), dict(layout=False), dict(layout=True, fuse=False),
+               dict(layout=True, fold=False)):
+        np.testing.assert_allclose(g.build(params=p, **kw)(x), want, **TOL, err_msg=str(kw))
+
+
+@needs_gcc
+def test_a_resnet_block_with_a_strided_shortcut_at_other_lanes():
+    g = tdsl.loads("""import std
+graph g(x: f32[1, 8, 9, 9]) -> y: f32[1, 16, 5, 5] {
+    param w1: f32[16, 8, 3, 3]
+    param b1: f32[16]
+    param w2: f32[16, 16, 3, 3]
+    param ws: f32[16, 8, 1, 1]
+    c1 = conv2d(x, w1; stride=2, padding=1)
+    a1 = bias_add(c1, b1)
+    r1 = relu(a1)
+    c2 = conv2d(r1, w2; padding=1)
+    sc = conv2d(x, ws; stride=2)
+    s = add(c2, sc)
+    y = relu(s)
+}""")["g"]
+    p = g.random_params()
+    x = rand((1, 8, 9, 9))
+    want = g.reference(x, params=p)
+    for lanes in (4, 8):
+        m = g.build(f"c -lanes={lanes}", params=p, layout=True)
+        np.testing.assert_allclose(m(x), want, **TOL)
+        c = m.compiled(x)
+        assert c.layouts["r1"] == f"NCHW{lanes}c"
+        assert ("conv2d_nchwc", "add", "relu") in [
+            tuple(c.ir.nodes[i].op for i in grp.nodes) for grp in c.groups]
+
+
+@needs_gcc
+def test_a_fused_dense_takes_dense_s_schedule_without_a_warning():
+    g = load("mlp")
+    p = g.random_params()
+    x = rand((3, 784))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        m = g.build(params=p)
+        np.testing.assert_allclose(m(x), g.reference(x, params=p), **TOL)
+    c = m.compiled(x)
+    assert [tuple(f.ops) for f in c.functions] == [("dense", "relu"), ("dense",)]
+    assert c.schedules == ["dense's", "dense's"]
+    # dense's schedule packs W^T per block of columns (Wp), as the op alone does
+    assert "Wp" in c.kernels[0].source and "Wp" in stdlib()["dense"].build(
+        shapes={"N": 3, "K": 784, "M": 128}).source
+
+
+@needs_gcc
+def test_tdsl_graph_prints_the_layouts(capsys):
+    assert cli.main(["graph", str(EXAMPLES / "small_cnn.tdsl"), "--shape", "B=1",
+                     "--layout", "on", "--target", "c -lanes=8"]) == 0
+    out = capsys.readouterr().out
+    assert "layout: NCHW8c, NCHW1c between convolutions (lanes 8)" in out
+    assert "conv2d_nchwc->c3 + bias_add_nchwc->n3 + add->s3 + relu->r3" in out
+    assert "-> r3: 1x4x16x16x8 NCHW8c" in out
+    assert cli.main(["graph", str(EXAMPLES / "small_cnn.tdsl"), "--shape", "B=1",
+                     "--layout", "off"]) == 0
+    out = capsys.readouterr().out
+    assert "NCHW8c" not in out and "-> r1: 1x32x32x32 NCHW" in out
+
+
+def test_a_blocked_conv_kernel_is_a_tuning_task_with_conv2d_nchwc_s_knobs():
+    from tdsl.tuner.fused_task import fused_tasks
+    g = load("small_cnn")
+    c = CompiledGraph(g, g.random_params(), {"B": 1}, True, True, "c", True)
+    tasks = fused_tasks(c)
+    conv = next(t for t in tasks if t.workload.op.endswith(
+        "conv2d_nchwc+bias_add_nchwc+add+relu@r3"))
+    assert {"nb", "tx", "order", "rows"} <= set(conv.space.names) and len(conv.space) > 1
