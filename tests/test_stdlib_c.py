@@ -13,7 +13,11 @@ ATTRS = {"max_pool2d": {"kernel": 2}, "avg_pool2d": {"kernel": 3, "stride": 2, "
          "qmax_pool2d": {"kernel": 2}, "qavg_pool2d": {"kernel": 3, "stride": 2, "padding": 1},
          "qconv2d": {"padding": 1, "x_zp": 3, "y_zp": -5, "scale": 0.01},
          "qdepthwise_conv2d": {"padding": 1, "x_zp": -7, "scale": 0.02},
-         "qdense": {"w_zp": 2, "scale": 0.003}}
+         "qdense": {"w_zp": 2, "scale": 0.003},
+         # the graph layout pass's blocked ops (block 1 divides any size drawn)
+         "to_nchwc": {"block": 1}, "pack_channels": {"block": 1},
+         "pack_conv_weights": {"in_block": 1, "out_block": 1},
+         "pack_depthwise_weights": {"block": 1}, "max_pool2d_nchwc": {"kernel": 2}}
 
 
 @pytest.mark.parametrize("name", sorted(tdsl.stdlib))
