@@ -218,6 +218,80 @@ def global_avg_pool2d(x):
     return _out(x.mean(axis=(2, 3)))
 
 
+# ------------------------------------------------------------ blocked layout (NCHW[x]c)
+# Each blocked op is its NCHW op between an unblocking and a reblocking done by numpy
+# reshapes, so these share nothing with the blocked ops' index expressions.
+
+def to_nchwc(x, block):
+    x = np.asarray(x)
+    n, c, h, w = x.shape
+    cb = c // block
+    return np.ascontiguousarray(
+        x[:, :cb * block].reshape(n, cb, block, h, w).transpose(0, 1, 3, 4, 2)).astype(F32)
+
+
+def from_nchwc(x):
+    x = np.asarray(x)
+    n, cb, h, w, ci = x.shape
+    return np.ascontiguousarray(x.transpose(0, 1, 4, 2, 3).reshape(n, cb * ci, h, w)).astype(F32)
+
+
+def pack_conv_weights(w, in_block, out_block):
+    w = np.asarray(w)
+    f, c, kh, kw = w.shape
+    fb, cb = f // out_block, c // in_block
+    w = w[:fb * out_block, :cb * in_block].reshape(fb, out_block, cb, in_block, kh, kw)
+    return np.ascontiguousarray(w.transpose(0, 2, 4, 5, 3, 1)).astype(F32)
+
+
+def _unpack_conv_weights(w):
+    """[FB, CB, KH, KW, CI, FI] back to [FB * FI, CB * CI, KH, KW]."""
+    fb, cb, kh, kw, ci, fi = w.shape
+    return np.asarray(w).transpose(0, 5, 1, 4, 2, 3).reshape(fb * fi, cb * ci, kh, kw)
+
+
+def pack_channels(b, block):
+    b = np.asarray(b)
+    cb = b.shape[0] // block
+    return b[:cb * block].reshape(cb, block).astype(F32)
+
+
+def conv2d_nchwc(x, w, stride=1, padding=0, dilation=1):
+    y = conv2d(from_nchwc(x), _unpack_conv_weights(w), stride, padding, dilation)
+    return to_nchwc(y, np.shape(w)[5])
+
+
+def conv2d_nchwc_valid(x, w, stride=1, dilation=1):
+    return conv2d_nchwc(x, w, stride, 0, dilation)
+
+
+def pack_depthwise_weights(w, block):
+    w = np.asarray(w)
+    c, _, kh, kw = w.shape
+    cb = c // block
+    return np.ascontiguousarray(
+        w[:cb * block, 0].reshape(cb, block, kh, kw).transpose(0, 2, 3, 1)).astype(F32)
+
+
+def depthwise_conv2d_nchwc(x, w, stride=1, padding=0, dilation=1):
+    cb, kh, kw, ci = np.shape(w)
+    w_nchw = np.asarray(w).transpose(0, 3, 1, 2).reshape(cb * ci, 1, kh, kw)
+    return to_nchwc(depthwise_conv2d(from_nchwc(x), w_nchw, stride, padding, dilation), ci)
+
+
+def bias_add_nchwc(x, b):
+    x, b = _f64(x, b)
+    return _out(x + b[None, :, None, None, :])
+
+
+def max_pool2d_nchwc(x, kernel, stride=None, padding=0):
+    return to_nchwc(max_pool2d(from_nchwc(x), kernel, stride, padding), np.shape(x)[4])
+
+
+def global_avg_pool2d_nchwc(x):
+    return global_avg_pool2d(from_nchwc(x))
+
+
 # ------------------------------------------------------------------------------------- shape
 
 def transpose(x):

@@ -132,7 +132,7 @@ def test_depthwise_tile_is_padded_to_whole_vectors(target):
 
 def _std_block(file: str, op: str) -> str:
     text = (STD / file).read_text()
-    return re.search(rf"^schedule {op} for cpu {{.*?^}}", text, re.S | re.M).group(0)
+    return re.search(rf"^schedule {op} for (?:cpu|c) {{.*?^}}", text, re.S | re.M).group(0)
 
 
 USER_CONV = """

@@ -1,4 +1,6 @@
 """Passes, before and after (TVM BaseBeforeAfter style), and the simplifier's rules."""
+import dataclasses
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -290,6 +292,16 @@ def test_unroll_copies_small_loops():
     assert unroll.run(LoweredFunc("f", (b,), big, (), 0)).body == big   # kept, for a pragma
 
 
+
+def test_unroll_keeps_a_loop_over_scalar_vector_loops_a_loop():
+    """Copies of a vectorized loop that stayed a loop (symbolic extent) are no registers,
+    only work for gcc: the unrolled loop around it becomes a plain loop."""
+    b = Buffer("B", "f32", (N,))
+    inner = For(j, c(0), N, ForKind.VECTORIZED, Store(b, (j,), c(1.0, "f32")))
+    loop = For(i, c(0), c(4), ForKind.UNROLLED, inner)
+    out = unroll.run(LoweredFunc("f", (b,), loop, (), 0)).body
+    assert out == For(i, c(0), c(4), ForKind.SERIAL, inner)
+
 def test_simplify_pass_drops_empty_and_trivial_loops():
     b = Buffer("B", "f32", (c(4),))
     body = Seq((For(i, c(0), c(0), ForKind.SERIAL, Store(b, (i,), c(1.0, "f32"))),
@@ -343,6 +355,12 @@ def test_unswitch_leaves_what_it_must(why):
         loop = For(j, c(0), c(20), ForKind.SERIAL, body)
     assert unswitch.run(LoweredFunc("f", (b,), loop, (), 0)).body == loop
 
+
+def test_unswitch_does_not_copy_a_huge_loop():
+    b, guard, loop = _tile_with_tail_guard()
+    inner = loop.body
+    big = dataclasses.replace(inner, body=Seq((inner.body,) * (unswitch.MAX_STATEMENTS // 2)))
+    assert unswitch.run(LoweredFunc("f", (b,), big, (), 0)).body == big
 
 def test_verify_catches_broken_invariants():
     b = Buffer("B", "f32", (c(4),))

@@ -70,7 +70,9 @@ TESTED = {
     "clip", "bias_add", "matmul", "batch_matmul", "dense", "softmax", "log_softmax",
     "layer_norm", "batch_norm", "conv2d", "depthwise_conv2d", "max_pool2d", "avg_pool2d",
     "global_avg_pool2d", "transpose", "reduce_sum", "reduce_max", "reduce_mean", "pad2d",
-    "flatten", "concat",
+    "flatten", "concat", "to_nchwc", "from_nchwc", "pack_conv_weights", "pack_channels",
+    "pack_depthwise_weights", "conv2d_nchwc", "conv2d_nchwc_valid", "depthwise_conv2d_nchwc",
+    "bias_add_nchwc", "max_pool2d_nchwc", "global_avg_pool2d_nchwc",
 }
 
 
@@ -370,6 +372,58 @@ def test_avg_pool_excludes_padding_from_the_count():
     # Every window holds only ones: with count_include_pad = 0 every average is exactly 1.
     np.testing.assert_array_equal(call("avg_pool2d", x, kernel=3, stride=1, padding=1),
                                   np.ones((1, 1, 2, 2), F32))
+
+
+# ------------------------------------------------------------- blocked layout (NCHW[x]c)
+
+@HYP
+@given(n=st.integers(1, 2), c=dims, h=st.integers(1, 5), w=st.integers(1, 5),
+       block=st.integers(1, 4), seed=seeds)
+def test_layout_transforms(n, c, h, w, block, seed):
+    """Blocking keeps the first C // block * block channels; unblocking inverts it."""
+    rng = np.random.default_rng(seed)
+    x = rand(rng, (n, c, h, w))
+    xb = both("to_nchwc", x, block=block)
+    assert xb.shape == (n, c // block, h, w, block)
+    np.testing.assert_array_equal(call("from_nchwc", xb), x[:, :c // block * block])
+    both("pack_channels", rand(rng, (c,)), block=block)
+
+
+@HYP
+@given(f=small, c=small, kh=st.integers(1, 3), kw=st.integers(1, 3), ib=st.integers(1, 3),
+       ob=st.integers(1, 3), seed=seeds)
+def test_weight_packing(f, c, kh, kw, ib, ob, seed):
+    rng = np.random.default_rng(seed)
+    both("pack_conv_weights", rand(rng, (f, c, kh, kw)), in_block=ib, out_block=ob)
+    both("pack_depthwise_weights", rand(rng, (c, 1, kh, kw)), block=ib)
+
+
+@HYP
+@given(n=st.integers(1, 2), cb=st.integers(1, 3), ci=st.integers(1, 4), fb=st.integers(1, 3),
+       fi=st.integers(1, 4), h=dims, w=dims, kh=st.integers(1, 3), kw=st.integers(1, 3),
+       attrs=conv_attrs, seed=seeds)
+def test_blocked_convolutions(n, cb, ci, fb, fi, h, w, kh, kw, attrs, seed):
+    attrs = given_attrs(**attrs)
+    h, w = conv_input_size(h, kh, attrs), conv_input_size(w, kw, attrs)
+    rng = np.random.default_rng(seed)
+    x = rand(rng, (n, cb, h, w, ci))
+    both("conv2d_nchwc", x, rand(rng, (fb, cb, kh, kw, ci, fi)), **attrs)
+    both("depthwise_conv2d_nchwc", x, rand(rng, (cb, kh, kw, ci)), **attrs)
+    attrs.pop("padding", None)
+    h, w = conv_input_size(h, kh, attrs), conv_input_size(w, kw, attrs)
+    x = rand(rng, (n, cb, h, w, ci))
+    both("conv2d_nchwc_valid", x, rand(rng, (fb, cb, kh, kw, ci, fi)), **attrs)
+
+
+@HYP
+@given(case=pool_case(), ci=st.integers(1, 4), seed=seeds)
+def test_blocked_pools_and_bias(case, ci, seed):
+    (n, c, h, w), attrs = case
+    rng = np.random.default_rng(seed)
+    x = rand(rng, (n, c, h, w, ci), -5, -1)
+    both("max_pool2d_nchwc", x, **attrs)
+    both("global_avg_pool2d_nchwc", x)
+    both("bias_add_nchwc", x, rand(rng, (c, ci)))
 
 
 @HYP

@@ -6,7 +6,10 @@ most `MAX_STATEMENTS` statements is replaced by ``body[v := min + 0]; body[v := 
 ...`` (the simplifier folds the constants next). Separate statements are what lets a C
 compiler keep a register tile's rows in registers (see anchors.md). Any other UNROLLED loop
 is kept for the emitter to print with an unroll pragma, as is one whose body allocates (the
-copies would declare one buffer several times in one C scope).
+copies would declare one buffer several times in one C scope). One whose body still holds a
+vectorized loop (an extent that is not a constant, so no vector code) becomes a plain loop:
+its copies could not be registers, and gcc vectorizes each copied loop on its own (28 of
+them in a symbolic-size convolution tile, times the tails, took it over 5 minutes).
 
 What unrolling may produce is bounded: the statements of the function once every unrolled
 loop of constant extent is copied out (here or by the C compiler's pragma) may not exceed
@@ -15,6 +18,7 @@ leaving gcc to work for minutes (a random schedule once took it 605 s).
 """
 from __future__ import annotations
 
+import dataclasses
 
 from ...errors import ScheduleError
 from .. import te
@@ -63,6 +67,8 @@ def unroll_loop(loop: For):
         return None
     n = int(loop.extent.value)
     stmts = list(walk_stmt(loop.body))
+    if any(isinstance(s, For) and s.kind is ForKind.VECTORIZED for s in stmts):
+        return dataclasses.replace(loop, kind=ForKind.SERIAL)
     if n > MAX_EXTENT or n * len(stmts) > MAX_STATEMENTS or \
             any(isinstance(s, Allocate) for s in stmts):
         return None

@@ -15,7 +15,9 @@ The outermost such serial loop is unswitched, on every invariant test below it a
 The copy that keeps its tests is not unswitched again (the code grows at most twice per
 loop); the fast copy may be, on the tests that remain. Only pure index conditions qualify (no
 loads: a buffer may change inside the loop; no read faults: they report an error), and no loop with a barrier inside (a GPU
-barrier under a condition that differs between threads would hang the block).
+barrier under a condition that differs between threads would hang the block). A loop of more
+than `MAX_STATEMENTS` statements is not copied (its loops inside may be): its tests are a
+small share of its work, and copies of copies would leave gcc minutes of work.
 """
 from __future__ import annotations
 
@@ -26,6 +28,8 @@ from ..arith.prover import conjoin, conjuncts
 from ..loop_ir import (Barrier, BufferLoad, Call, For, ForKind, If, LetStmt, LoweredFunc,
                        ReadFault, Stmt, rewrite_stmt, walk_stmt)
 
+MAX_STATEMENTS = 2048     # a matmul's register tile loop has about 100
+
 
 def run(func: LoweredFunc) -> LoweredFunc:
     return dataclasses.replace(func, body=_visit(func.body))
@@ -33,7 +37,8 @@ def run(func: LoweredFunc) -> LoweredFunc:
 
 def _visit(s: Stmt) -> Stmt:
     def pre(n):
-        if not (isinstance(n, For) and n.kind is ForKind.SERIAL):
+        if not (isinstance(n, For) and n.kind is ForKind.SERIAL) or \
+                sum(1 for _ in walk_stmt(n)) > MAX_STATEMENTS:
             return None
         conds = _invariant_tests(n)
         if not conds:
