@@ -5,7 +5,8 @@
 1. mutated programs through the checker: escapes (an exception that is not a TdslError);
 2. mutants that check, built for C and called: crashes (the child process died) and
    disagreements with the reference (values, or one raising where the other answers);
-3. random legal schedules of std ops (tdsl.testing's adversarial generator): mismatches;
+3. random legal schedules of std ops (tdsl.testing's adversarial generator): mismatches,
+   and builds that fail (gcc refusing the C, or taking over its time limit);
 4. random (often illegal) schedule steps: accepted and wrong;
 5. bad calls: silently wrong (a kernel or the reference answering instead of a CallError);
 6. the per-call region check's cost: a small kernel's call time with and without it.
@@ -26,7 +27,7 @@ import tdsl
 import tdsl.testing as tt
 from tdsl.arrays import random_arguments
 from tdsl.emit_c import build_kernel
-from tdsl.errors import TdslError
+from tdsl.errors import BuildError, TdslError
 from tdsl.frontend import unparse
 from tdsl.lowering.lower import lower
 
@@ -127,7 +128,7 @@ def mutants(count: int, seed: int) -> dict:
 
 def schedules(count: int) -> dict:
     from hypothesis import HealthCheck, given, settings
-    tally = {"schedules": 0, "mismatches": 0}
+    tally = {"schedules": 0, "mismatches": 0, "build_failures": 0}
     per_op = max(1, count // 6)
     for name in ["softmax", "layer_norm", "depthwise_conv2d", "matmul", "conv2d",
                  "max_pool2d"]:
@@ -141,6 +142,9 @@ def schedules(count: int) -> dict:
                 tt.check_case(op, case, attrs)
             except AssertionError as e:
                 tally["mismatches"] += 1
+                print(f"    {name} {case.sizes} {case.steps}: {str(e)[:120]}")
+            except BuildError as e:     # a legal schedule gcc cannot compile (in time)
+                tally["build_failures"] += 1
                 print(f"    {name} {case.sizes} {case.steps}: {str(e)[:120]}")
             tally["schedules"] += 1
         prop()

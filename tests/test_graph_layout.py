@@ -102,9 +102,15 @@ def test_the_block_is_the_targets_lanes():
     g = load("small_cnn")
     c = CompiledGraph(g, g.random_params(), {"B": 1}, True, True, "c -lanes=8", True)
     assert c.ir.shape_of("r2", c.sizes) == (1, 4, 16, 16, 8)
-    for target in ("c -lanes=1", "c-embedded -mcpu=cortex-m55"):    # no SIMD; not the host
-        c = CompiledGraph(g, g.random_params(), {"B": 1}, True, True, target, True)
-        assert not c.layouts and "conv2d" in {n.op for n in c.ir.nodes}
+
+
+@pytest.mark.parametrize("target", ["c -lanes=1", "c-embedded -mcpu=cortex-m55"])
+def test_no_blocking_without_simd_or_off_the_host(target):
+    if target.startswith("c-embedded") and shutil.which("arm-none-eabi-gcc") is None:
+        pytest.skip("arm-none-eabi-gcc is not installed (the Cortex-M target needs it)")
+    g = load("small_cnn")
+    c = CompiledGraph(g, g.random_params(), {"B": 1}, True, True, target, True)
+    assert not c.layouts and "conv2d" in {n.op for n in c.ir.nodes}
 
 
 def test_an_op_without_a_blocked_form_gets_nchw_back_once():
