@@ -269,7 +269,8 @@ def main() -> None:
     print(f"mutants that check, built and called: {mt['built']}, crashes {mt['crashes']}, "
           f"disagreements with the reference {mt['disagree']}")
     sc = schedules(a.schedules)
-    print(f"random legal schedules: {sc['schedules']}, mismatches {sc['mismatches']}")
+    print(f"random legal schedules: {sc['schedules']}, mismatches {sc['mismatches']}, "
+          f"failed builds {sc['build_failures']}")
     il = illegal_steps(a.steps, a.seed)
     print(f"random schedule steps: {il['steps']}, refused {il['refused']}, accepted and "
           f"wrong {il['accepted_wrong']}")
