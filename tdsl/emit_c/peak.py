@@ -49,7 +49,9 @@ def measure_peak_gflops(target: Target | str | None = None, seconds: float = 0.3
     names = [f"c{k}" for k in range(chains)]
     source = _SOURCE.format(
         bytes=4 * target.lanes, lanes=target.lanes,
-        decl=", ".join(f"{n} = a" for n in names),
+        # chains that start equal stay equal: gcc would compute one and copy it (a 10x
+        # "peak" on a Zen 4), so each starts from its own value
+        decl=", ".join(f"{n} = a + {k}.0f" for k, n in enumerate(names)),
         body=" ".join(f"{n} = {n} * b + a;" for n in names),
         sum=" + ".join(names))
     built = BuildCache().build(source, target.flags, target.compiler)
