@@ -244,6 +244,22 @@ def pack_conv_weights(w, in_block, out_block):
     return np.ascontiguousarray(w.transpose(0, 2, 4, 5, 3, 1)).astype(F32)
 
 
+def pack_dense_weights(w, block):
+    """[M, K] -> [ceil(M / block), K, block]: panels of ``block`` rows of W, transposed, the
+    last padded with zeros."""
+    w = np.asarray(w)
+    m, k = w.shape
+    mb = -(-m // block)
+    padded = np.zeros((mb * block, k), F32)
+    padded[:m] = w
+    return np.ascontiguousarray(padded.reshape(mb, block, k).transpose(0, 2, 1))
+
+
+def dense_packed(x, wp, b):
+    mb, k, mi = np.shape(wp)
+    w = np.asarray(wp).transpose(0, 2, 1).reshape(mb * mi, k)[:np.shape(b)[0]]
+    return dense(x, w, b)
+
 def _unpack_conv_weights(w):
     """[FB, CB, KH, KW, CI, FI] back to [FB * FI, CB * CI, KH, KW]."""
     fb, cb, kh, kw, ci, fi = w.shape

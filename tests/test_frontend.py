@@ -747,8 +747,8 @@ QUANT_OPS = {
 }
 
 
-# the blocked-layout ops the graph layout pass rewrites to (conv_blocked.tdsl; their values
-# are checked in test_graph_layout.py)
+# the blocked-layout and packed-weight ops the graph layout pass rewrites to
+# (conv_blocked.tdsl, linalg.tdsl; their values are checked in test_stdlib_reference.py)
 BLOCKED_OPS = {
     "to_nchwc": (["X"], ["block"]), "from_nchwc": (["X"], []),
     "pack_conv_weights": (["W"], ["in_block", "out_block"]), "pack_channels": (["B"], ["block"]),
@@ -759,11 +759,12 @@ BLOCKED_OPS = {
     "bias_add_nchwc": (["X", "B"], []),
     "max_pool2d_nchwc": (["X"], ["kernel", "stride", "padding"]),
     "global_avg_pool2d_nchwc": (["X"], []),
+    "pack_dense_weights": (["W"], ["block"]), "dense_packed": (["X", "Wp", "b"], []),
 }
 
 
 def test_stdlib_has_exactly_the_required_ops():
-    assert len(STD_OPS) == 31 and len(QUANT_OPS) == 8 and len(BLOCKED_OPS) == 11
+    assert len(STD_OPS) == 31 and len(QUANT_OPS) == 8 and len(BLOCKED_OPS) == 13
     assert sorted(tdsl.stdlib) == sorted({**STD_OPS, **QUANT_OPS, **BLOCKED_OPS})
     assert tdsl.load("std") is tdsl.stdlib
 

@@ -90,7 +90,7 @@ def test_the_small_cnn_runs_blocked_between_its_convs_with_the_residual_fused():
         ("conv2d_nchwc", "bias_add_nchwc", "relu"), ("max_pool2d_nchwc",),
         ("conv2d_nchwc", "bias_add_nchwc", "relu"),
         ("conv2d_nchwc", "bias_add_nchwc", "add", "relu"),   # the residual block, one kernel
-        ("global_avg_pool2d_nchwc",), ("dense",)]
+        ("global_avg_pool2d_nchwc",), ("dense_packed",)]
     assert c.layouts["r1"] == f"NCHW{LANES}c" and c.layouts["x"] == "NCHW"
     assert c.ir.shape_of("r1", c.sizes) == (1, 32 // LANES, 32, 32, LANES)
     # the packed weights were computed at build time: no kernel packs them
@@ -201,7 +201,7 @@ def test_a_fused_dense_takes_dense_s_schedule_without_a_warning():
     x = rand((3, 784))
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        m = g.build(params=p)
+        m = g.build(params=p, layout=False)
         np.testing.assert_allclose(m(x), g.reference(x, params=p), **TOL)
     c = m.compiled(x)
     assert [tuple(f.ops) for f in c.functions] == [("dense", "relu"), ("dense",)]
@@ -209,6 +209,26 @@ def test_a_fused_dense_takes_dense_s_schedule_without_a_warning():
     # dense's schedule packs W^T per block of columns (Wp), as the op alone does
     assert "Wp" in c.kernels[0].source and "Wp" in stdlib()["dense"].build(
         shapes={"N": 3, "K": 784, "M": 128}).source
+
+
+def test_a_graphs_dense_weights_are_packed_once_at_build_time():
+    """With the layout pass, dense reads weights packed at build time (constant folding),
+    panels of 2 x lanes features, the last one padded: no call packs them."""
+    g = load("mlp")
+    p = g.random_params()
+    x = rand((3, 784))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        m = g.build(params=p, layout=True)
+        np.testing.assert_allclose(m(x), g.reference(x, params=p), **TOL)
+    c = m.compiled(x)
+    assert [tuple(f.ops) for f in c.functions] == [("dense_packed", "relu"), ("dense_packed",)]
+    assert c.schedules == ["dense_packed's", "dense_packed's"]
+    assert not any(n.op.startswith("pack_") for n in c.ir.nodes)
+    panel = 2 * LANES
+    assert c.weights["w2_packed"].shape == (-(-10 // panel), 128, panel)
+    np.testing.assert_array_equal(c.weights["w2_packed"][0, :, :min(10, panel)],
+                                  p["w2"][:panel].T)
 
 
 @needs_gcc

@@ -17,7 +17,8 @@ ATTRS = {"max_pool2d": {"kernel": 2}, "avg_pool2d": {"kernel": 3, "stride": 2, "
          # the graph layout pass's blocked ops (block 1 divides any size drawn)
          "to_nchwc": {"block": 1}, "pack_channels": {"block": 1},
          "pack_conv_weights": {"in_block": 1, "out_block": 1},
-         "pack_depthwise_weights": {"block": 1}, "max_pool2d_nchwc": {"kernel": 2}}
+         "pack_depthwise_weights": {"block": 1}, "max_pool2d_nchwc": {"kernel": 2},
+         "pack_dense_weights": {"block": 2}}
 
 
 @pytest.mark.parametrize("name", sorted(tdsl.stdlib))

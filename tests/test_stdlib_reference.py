@@ -72,7 +72,8 @@ TESTED = {
     "global_avg_pool2d", "transpose", "reduce_sum", "reduce_max", "reduce_mean", "pad2d",
     "flatten", "concat", "to_nchwc", "from_nchwc", "pack_conv_weights", "pack_channels",
     "pack_depthwise_weights", "conv2d_nchwc", "conv2d_nchwc_valid", "depthwise_conv2d_nchwc",
-    "bias_add_nchwc", "max_pool2d_nchwc", "global_avg_pool2d_nchwc",
+    "bias_add_nchwc", "max_pool2d_nchwc", "global_avg_pool2d_nchwc", "pack_dense_weights",
+    "dense_packed",
 }
 
 
@@ -397,6 +398,15 @@ def test_weight_packing(f, c, kh, kw, ib, ob, seed):
     both("pack_conv_weights", rand(rng, (f, c, kh, kw)), in_block=ib, out_block=ob)
     both("pack_depthwise_weights", rand(rng, (c, 1, kh, kw)), block=ib)
 
+
+@HYP
+@given(n=small, m=dims, k=dims, block=st.integers(1, 5), seed=seeds)
+def test_dense_on_packed_weights(n, m, k, block, seed):
+    rng = np.random.default_rng(seed)
+    x, w, b = rand(rng, (n, k)), rand(rng, (m, k)), rand(rng, (m,))
+    wp = both("pack_dense_weights", w, block=block)
+    both("dense_packed", x, wp, b)
+    check(call("dense_packed", x, wp, b), call("dense", x, w, b))
 
 @HYP
 @given(n=st.integers(1, 2), cb=st.integers(1, 3), ci=st.integers(1, 4), fb=st.integers(1, 3),

@@ -16,6 +16,9 @@ program order:
   ``pack_channels``), elementwise ops (any op whose every input is read at the output's own
   indices, re-instantiated at rank 5: relu, add, clip ...), ``max_pool2d`` and
   ``global_avg_pool2d`` (whose result is a plain ``[N, C]``);
+- a standard ``dense`` whose weights are a parameter to ``dense_packed``, the weights through
+  ``pack_dense_weights`` (panels of 2 x lanes output features, its schedule's tile width),
+  folded at build time: dense's own schedule packs them on every call;
 - and inserts ``to_nchwc``/``from_nchwc`` only at the graph's edges (its inputs and outputs)
   and in front of an op that has no blocked form, once per value.
 
@@ -84,6 +87,8 @@ class _Rewriter:
             return self._conv(node)
         if self._is_std(node, "depthwise_conv2d"):
             return self._depthwise(node)
+        if self._is_std(node, "dense"):
+            return self._dense(node)
         blocked_in = [v for v in node.inputs if v in self.blocked]
         if not blocked_in or len(node.outputs) != 1:
             return False
@@ -123,6 +128,14 @@ class _Rewriter:
             self._emit("conv2d_nchwc_valid", (xb, wp), node, attrs, blocked=True)
         else:
             self._emit("conv2d_nchwc", (xb, wp), node, attrs, blocked=True)
+        return True
+
+    def _dense(self, node: Node) -> bool:
+        x, w, b = node.inputs
+        if w not in self.graph.params:
+            return False
+        wp = self._weight_node("pack_dense_weights", w, {"block": 2 * self.lanes}, "_packed")
+        self._emit("dense_packed", (x, wp, b), node, blocked=False)
         return True
 
     def _depthwise(self, node: Node) -> bool:
@@ -223,6 +236,10 @@ class _Rewriter:
         else:
             out = v
         self._add(op, inputs, out, attrs or {}, node.span, fn, opdef)
+        if not blocked and self._shape(out) == self._orig_shape(v):
+            # the graph's own (maybe symbolic) shape, which its consumers' shapes match:
+            # fusion compares them
+            self.values[out] = self.orig[v]
 
     def _add(self, op: str, inputs, out: str, attrs: dict, span=None, fn=None,
              opdef=None) -> None:
