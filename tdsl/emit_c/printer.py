@@ -88,7 +88,7 @@ class CFamilyPrinter(CExpressionPrinter):
         """Lines that make ``buf`` exist around ``body``. Here: a stack array when the size
         is a small constant; heap workspace is for subclasses that have an allocator."""
         if buf.scope in ("local", "global") and self._stack_bytes(buf, count) is not None:
-            return [f"{self.element_type(buf.dtype)} {name}[{count.value}]"
+            return [f"{self.element_type(buf.dtype)} {name}[{self.stack_elements(buf, count)}]"
                     f"{self.align_attribute(buf.align)};", *body]
         raise BuildError(f"the {self.language} backend cannot allocate {buf.name} "
                          f"({buf.scope}, {self.expr(count)} elements) without an allocator")
@@ -258,6 +258,10 @@ class CFamilyPrinter(CExpressionPrinter):
         (self.nonneg.add if was_nonneg else self.nonneg.discard)(var)
         self.namer.unbind(var)
         return lines
+
+    def stack_elements(self, buf: Buffer, count: te.Const) -> int:
+        """The length a stack array of ``count`` elements is declared with."""
+        return count.value
 
     def _stack_bytes(self, buf: Buffer, count: te.Expr) -> int | None:
         if not isinstance(count, te.Const):
