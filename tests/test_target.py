@@ -7,6 +7,7 @@ import pytest
 
 import tdsl
 from tdsl.target import Target, TargetError, compiler_macros
+from tdsl.tuner.space import ConfigSpace
 
 HOST = Target()
 # the ISA levels this host can run: v2 and v3 on any x86-64 machine of this decade, v4 with
@@ -78,6 +79,32 @@ schedule scale for cpu {
         assert knob.choices == (t.lanes, 2 * t.lanes) and knob.default == 2 * t.lanes
         x = np.arange(37, dtype=np.float32)
         np.testing.assert_array_equal(op.build(t)(x), 2 * x)
+
+
+def test_min_and_max_bound_a_default_by_two_facts_and_a_knob_by_another():
+    mod = tdsl.loads("""
+op scale(X: f32[N]) -> Y: f32[N] { Y[i] = 2.0 * X[i] }
+schedule scale for cpu {
+    knob t in [2, 4, 6, 8, 12] = min(registers * 3 // 8, l1 // 4096)
+    knob u in [1, 2, 4] = 4
+    require max(t, u) <= min(8, t * u)
+    io, ii = split(Y.i, max(t, u))
+}
+""")
+    op = mod["scale"]
+    for spec, l1, expected in [("c -registers=32 -l1=49152", 49152, 12),
+                               ("c -registers=32 -l1=32768", 32768, 8),
+                               ("c -registers=16 -l1=32768", 32768, 6)]:
+        knob = op.schedule(target=Target(spec)).knobs[0]
+        assert knob.default == expected, (spec, knob.default)
+    sched = op.schedule()
+    assert str(sched.constraints[0]) == "(max(t, u)) <= (min(8, (t * u)))"
+    space = ConfigSpace.from_schedule(sched)
+    valid = [space.config(i) for i in space.valid_indices()]
+    assert {"t": 12, "u": 4} not in valid and {"t": 2, "u": 4} in valid
+    assert all(max(c["t"], c["u"]) <= min(8, c["t"] * c["u"]) for c in valid)
+    x = np.arange(37, dtype=np.float32)
+    np.testing.assert_array_equal(op.build(config={"t": 2, "u": 4})(x), 2 * x)
 
 
 def test_an_unknown_name_in_a_schedule_names_the_target_constants():

@@ -168,6 +168,11 @@ def _knob_expr(node, knobs):
                     raise ScheduleError("division by zero", node.span)
                 return _INT_OPS[op](a, b)
             return KnobExpr(op, (a, b), node.span)
+        case ast.Call(func, args, ()) if func in ("min", "max") and len(args) == 2:
+            a, b = (_knob_expr(x, knobs) for x in args)
+            if all(_is_number(x) for x in (a, b)):
+                return (min if func == "min" else max)(a, b)
+            return KnobExpr(func, (a, b), node.span)
         case ast.Unary(op, operand):
             v = _knob_expr(operand, knobs)
             if op == "-" and isinstance(v, (int, float)) and not isinstance(v, bool):

@@ -84,6 +84,8 @@ class KnobExpr:
     def __str__(self) -> str:
         if self.op == "not":
             return f"not {_text(self.args[0])}"
+        if self.op in ("min", "max"):
+            return f"{self.op}({', '.join(_text(a) for a in self.args)})"
         return f" {self.op} ".join(_text(a) for a in self.args)
 
 
@@ -93,6 +95,7 @@ _KNOB_OPS = {
     "==": lambda a, b: a == b, "!=": lambda a, b: a != b, "<": lambda a, b: a < b,
     "<=": lambda a, b: a <= b, ">": lambda a, b: a > b, ">=": lambda a, b: a >= b,
     "and": lambda a, b: bool(a) and bool(b), "or": lambda a, b: bool(a) or bool(b),
+    "min": min, "max": max,
 }
 
 
