@@ -59,7 +59,7 @@ schedule dense_relu for cpu {
     Wp = cache_read(W, global, P)
     wo, wi = pack(Wp.ax0, 2 * lanes)
     parallel(wo)
-    io, jo, ii, ji = tile(Y.n, Y.m, registers * 3 // 8, 2 * lanes)
+    io, jo, ii, ji = tile(Y.n, Y.m, min(registers * 3 // 8, l1 // 4096), 2 * lanes)
     compute_at(P, Y.jo)
     jv, jl = split(P.m, lanes)
     reorder(P.k, P.n, jv, jl)
