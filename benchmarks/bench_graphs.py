@@ -12,7 +12,8 @@ read the ratios ("x unfused" = unfused time / fused time, > 1 means fusion wins;
 written" is one kernel per op with no constant folding or layout pass either, the graph
 without its passes). "fused" and "unfused" take Graph.build's default layout; "NCHWc" and
 "NCHW" are the fused graph with the blocked layout pass on and off ("x layout" = NCHW time /
-NCHWc time, > 1 means the blocked layout wins).
+NCHWc time, > 1 means the blocked layout wins); "direct" is NCHWc with the 3x3 convolutions
+summed directly rather than by Winograd's F(2x2, 3x3) ("x wino" = direct / NCHWc).
 """
 from __future__ import annotations
 
@@ -97,12 +98,13 @@ def main(argv=None) -> int:
     if args.threads:
         os.environ["OMP_NUM_THREADS"] = str(args.threads)     # read when libgomp loads
     print(f"threads: {os.environ.get('OMP_NUM_THREADS', 'default')}")
-    print(f"{'model':<28}{'fused ms':>9}{'NCHWc':>9}{'NCHW':>9}{'unfused':>9}{'written':>9}"
-          f"{'ort':>9}{'x layout':>9}{'x unfused':>10}{'x ort':>7}{'kernels':>10}"
-          f"{'peak/naive':>11}")
+    print(f"{'model':<28}{'fused ms':>9}{'NCHWc':>9}{'direct':>9}{'NCHW':>9}{'unfused':>9}"
+          f"{'written':>9}{'ort':>9}{'x layout':>9}{'x wino':>8}{'x unfused':>10}{'x ort':>7}"
+          f"{'kernels':>10}{'peak/naive':>11}")
     for name, g, params, shape, model in cases(args):
         x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
         builds = {"NCHWc": g.build(params=params, layout=True),
+                  "direct": g.build(params=params, layout=True, winograd=False),
                   "NCHW": g.build(params=params, layout=False),
                   "unfused": g.build(params=params, fuse=False),
                   "written": g.build(params=params, fuse=False, fold=False, layout=False)}
@@ -123,9 +125,10 @@ def main(argv=None) -> int:
         ms["fused"] = ms[default]
         ort_ms = f"{ms['ort']:9.2f}" if "ort" in ms else f"{'-':>9}"
         x_ort = f"{ms['ort'] / ms['fused']:7.2f}" if "ort" in ms else f"{'-':>7}"
-        print(f"{name:<28}{ms['fused']:9.2f}{ms['NCHWc']:9.2f}{ms['NCHW']:9.2f}"
-              f"{ms['unfused']:9.2f}{ms['written']:9.2f}{ort_ms}"
-              f"{ms['NCHW'] / ms['NCHWc']:9.2f}{ms['unfused'] / ms['fused']:10.2f}{x_ort}"
+        print(f"{name:<28}{ms['fused']:9.2f}{ms['NCHWc']:9.2f}{ms['direct']:9.2f}"
+              f"{ms['NCHW']:9.2f}{ms['unfused']:9.2f}{ms['written']:9.2f}{ort_ms}"
+              f"{ms['NCHW'] / ms['NCHWc']:9.2f}{ms['direct'] / ms['NCHWc']:8.2f}"
+              f"{ms['unfused'] / ms['fused']:10.2f}{x_ort}"
               f"{len(c.functions):>5}/{len(g.ir.nodes):<4}"
               f"{c.plan.peak_bytes / max(c.plan.naive_bytes, 1):11.2f}", flush=True)
     return 0

@@ -104,7 +104,7 @@ def _erf(x):
     return np.frompyfunc(math.erf, 1, 1)(x).astype(np.float32)
 
 
-def cases():
+def cases(target):
     std = tdsl.stdlib
     extra = tdsl.loads(CHAIN, "bench.tdsl")
     for n in (512, 1024, 2048):
@@ -126,6 +126,17 @@ def cases():
         x, w = rand(1, c, hw, hw), rand(c, c, 3, 3)
         yield (f"conv2d {c}x{hw}x{hw}->{c}", 2 * c * c * 9 * hw * hw, std["conv2d"], (x, w),
                {"padding": 1}, None,
+               (lambda tx=_t(x), tw=_t(w): torch.nn.functional.conv2d(tx, tw, padding=1))
+               if torch else None)
+    # the same layers as the graph runs them: blocked activations, Winograd's F(2x2, 3x3) on
+    # weights transformed at build time (its rate: the direct sum's flops over its time)
+    lanes = target.lanes
+    for c, hw in ((64, 56), (128, 28), (256, 14)):
+        x, w = rand(1, c, hw, hw), rand(c, c, 3, 3)
+        xb = std["to_nchwc"].reference(x, block=lanes)
+        u = std["winograd_weights"].reference(w, in_block=lanes, out_block=lanes)
+        yield (f"winograd {c}x{hw}x{hw} NCHW{lanes}c", 2 * c * c * 9 * hw * hw,
+               std["conv2d_winograd_nchwc"], (xb, u), {}, None,
                (lambda tx=_t(x), tw=_t(w): torch.nn.functional.conv2d(tx, tw, padding=1))
                if torch else None)
     x, w = rand(1, 256, 28, 28), rand(256, 1, 3, 3)
@@ -237,7 +248,7 @@ def main(argv):
           f"{target.peak_gflops():.0f}; `tdsl target --measure`)")
     print(f"{'case':28} {'tdsl ms':>9} {'numpy ms':>9} {'torch ms':>9} {'ort ms':>9} "
           f"{'vs numpy':>9} {'vs torch':>9} {'vs ort':>9} {'tdsl rate':>12}")
-    for name, work, op, arrays, attrs, np_fn, torch_fn in cases():
+    for name, work, op, arrays, attrs, np_fn, torch_fn in cases(target):
         if args.filters and not any(f in name for f in args.filters):
             continue
         # specialised to the sizes, as an ahead-of-time compiler for a fixed workload is

@@ -367,7 +367,7 @@ def cmd_graph(args) -> int:
                         f"{', '.join(missing)} with --shape, e.g. --shape {missing[0]}=1")
     blocked = BLOCKED_LAYOUT_DEFAULT if args.layout is None else args.layout == "on"
     compiled = CompiledGraph(graph, weights, sizes, not args.no_fuse, not args.no_fold,
-                             args.target, blocked)
+                             args.target, blocked, args.winograd != "off")
     print(compiled.describe())
     if args.plan_json:
         import json
@@ -472,6 +472,8 @@ def build_parser() -> argparse.ArgumentParser:
     gr.add_argument("--plan-json", metavar="PATH", help="write the memory plan as JSON")
     gr.add_argument("--layout", choices=("on", "off"), help="activations between convolutions "
                     "blocked, NCHW[lanes]c (default: Graph.build's)")
+    gr.add_argument("--winograd", choices=("on", "off"), help="3x3 stride-1 convolutions on "
+                    "blocked activations as Winograd's F(2x2, 3x3) (default: on)")
     gr.add_argument("--target", default="c", help="the target whose schedules the fused "
                     "kernels take (default: c, this machine)")
     gr.set_defaults(run=cmd_graph)

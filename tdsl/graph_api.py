@@ -112,7 +112,8 @@ class Graph:
 
     def build(self, target: Target | str = "c", params=None, fuse: bool = True,
               fold: bool = True, shapes: dict | None = None, flags=None,
-              tuning_log=None, layout: bool | None = None) -> "GraphModule":
+              tuning_log=None, layout: bool | None = None,
+              winograd: bool = True) -> "GraphModule":
         """Compile for ``target`` (a `Target` or its string): one kernel per fused group
         (per op with ``fuse=False``), weight-only parts folded at build time (``fold=False``:
         not), the intermediates in one planned arena. ``shapes`` fixes sizes the inputs would
@@ -121,7 +122,9 @@ class Graph:
         configuration it records on this machine (the schedule's defaults otherwise).
         ``layout``: keep activations between convolutions in the blocked layout NCHW[lanes]c
         (`tdsl.lowering.graph.layout`); None takes `BLOCKED_LAYOUT_DEFAULT` (docs/graphs.md
-        says why)."""
+        says why). ``winograd``: with the blocked layout, 3x3 convolutions of stride 1 and
+        padding 1 run as Winograd's F(2x2, 3x3) (`conv2d_winograd_nchwc`); False keeps the
+        direct sum."""
         target = as_target(target)
         if target.kind == "c-embedded":
             return EmulatedGraph(self.emit_embedded(target, params, shapes, fuse, fold),
@@ -130,7 +133,8 @@ class Graph:
             raise BuildError(f"graphs build for the host C target only, not '{target}'")
         weights = load_params(params, self.ir)
         return GraphModule(self, weights, target, fuse, fold, dict(shapes or {}), flags,
-                           tuning_log, BLOCKED_LAYOUT_DEFAULT if layout is None else layout)
+                           tuning_log, BLOCKED_LAYOUT_DEFAULT if layout is None else layout,
+                           winograd)
 
 
     def emit_embedded(self, target: Target | str = "c-embedded", params=None,
@@ -196,7 +200,8 @@ class CompiledGraph:
     ``kernels`` are filled in when built."""
 
     def __init__(self, graph: Graph, weights: dict, sizes: dict[str, int], fuse_ops: bool,
-                 fold_consts: bool, target: Target | str = "c", blocked: bool = False):
+                 fold_consts: bool, target: Target | str = "c", blocked: bool = False,
+                 winograd: bool = True):
         ir, notes = graph.ir, ()
         self.module = graph.module
         self.target = target = as_target(target)
@@ -205,7 +210,8 @@ class CompiledGraph:
         self.layouts: dict[str, str] = {}       # value -> NCHW / NCHW16c (4- and 5-D)
         self.layout_notes: tuple[str, ...] = ()
         if blocked and target.kind == "c" and target.lanes > 1:   # the host, with SIMD
-            ir, self.layouts, self.layout_notes = layout.run(ir, _std_op, sizes, target.lanes)
+            ir, self.layouts, self.layout_notes = layout.run(ir, _std_op, sizes, target.lanes,
+                                                             winograd)
             if fold_consts:         # the packed weights, computed now rather than per call
                 ir, weights, packed = fold.run(ir, weights, _std_op, sizes)
                 if packed:
@@ -286,9 +292,9 @@ class GraphModule:
     two threads at once."""
 
     def __init__(self, graph: Graph, weights, target, fuse_ops, fold_consts, shapes, flags,
-                 tuning_log=None, blocked: bool = False):
+                 tuning_log=None, blocked: bool = False, winograd: bool = True):
         self.graph = graph
-        self._blocked = blocked
+        self._blocked, self._winograd = blocked, winograd
         self._tuning_log = tuning_log
         self._weights = weights
         self._target, self._fuse, self._fold, self._flags = target, fuse_ops, fold_consts, flags
@@ -321,7 +327,7 @@ class GraphModule:
     def _prepare(self, sizes: dict[str, int], key=None):
         ir = self.graph.ir
         compiled = CompiledGraph(self.graph, self._weights, sizes, self._fuse, self._fold,
-                                 self._target, self._blocked)
+                                 self._target, self._blocked, self._winograd)
         compiled.build(self.graph.module, self._target, self._flags, self._tuning_log)
         arena = _aligned_empty(compiled.plan.peak_bytes)
         buffers = {}

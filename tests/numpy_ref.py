@@ -308,6 +308,44 @@ def global_avg_pool2d_nchwc(x):
     return global_avg_pool2d(from_nchwc(x))
 
 
+# ---------------------------------------------------------------------------------- winograd
+# F(2x2, 3x3) with the transform matrices as matrices (Lavin and Gray), in float64
+
+_BT = np.array([[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]], np.float64)
+_G = np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]], np.float64)
+_AT = np.array([[1, 1, 1, 0], [0, 1, -1, -1]], np.float64)
+
+
+def winograd_weights(w, in_block, out_block):
+    """[F, C, 3, 3] -> G w Gt per channel pair, [4, 4, C/in_block, in_block, F/out_block,
+    out_block]."""
+    (w,) = _f64(w)
+    f, c = w.shape[:2]
+    cb, fb = c // in_block, f // out_block
+    u = np.einsum("er,fcrs,us->eucf", _G, w[:fb * out_block, :cb * in_block], _G)
+    return _out(u.reshape(4, 4, cb, in_block, fb, out_block))
+
+
+def conv2d_winograd_nchwc(x, u):
+    """3x3, padding 1, stride 1: each 2x2 output tile is At [U (.) (Bt d B)] A summed over
+    the input channels, d the tile's 4x4 input window."""
+    n, cb, h, w_, ci = np.shape(x)
+    (xx, uu) = _f64(from_nchwc(x), u)
+    _, _, _, _, fb, fi = uu.shape
+    uu = uu.reshape(4, 4, cb * ci, fb * fi)
+    th, tw = (h + 1) // 2, (w_ + 1) // 2
+    xp = np.zeros((n, cb * ci, 2 * th + 2, 2 * tw + 2))
+    xp[:, :, 1:h + 1, 1:w_ + 1] = xx
+    # d[n, c, ty, tx, a, b] = xp[n, c, 2 ty + a, 2 tx + b]
+    d = np.stack([np.stack([xp[:, :, a:a + 2 * th:2, b:b + 2 * tw:2] for b in range(4)], -1)
+                  for a in range(4)], -2)
+    v = np.einsum("ea,nctyab,ub->nctyeu", _BT, d, _BT)
+    m = np.einsum("nctyeu,eucf->nftyeu", v, uu)
+    y = np.einsum("ie,nftyeu,ju->nftiyj", _AT, m, _AT)
+    y = y.reshape(n, fb * fi, 2 * th, 2 * tw)[:, :, :h, :w_]
+    return to_nchwc(_out(y), fi)
+
+
 # ------------------------------------------------------------------------------------- shape
 
 def transpose(x):

@@ -194,6 +194,47 @@ graph g(x: f32[1, 8, 9, 9]) -> y: f32[1, 16, 5, 5] {
             tuple(c.ir.nodes[i].op for i in grp.nodes) for grp in c.groups]
 
 
+WINOGRAD_NET = """import std
+graph g(x: f32[1, C, 14, 15]) -> y: f32[1, C, 14, 15] {
+    param w1: f32[C, C, 3, 3]
+    param b1: f32[C]
+    param w2: f32[C, C, 3, 3]
+    c1 = conv2d(x, w1; padding=1)
+    a1 = bias_add(c1, b1)
+    r1 = relu(a1)
+    c2 = conv2d(r1, w2; padding=1)
+    s = add(c2, x)
+    y = relu(s)
+}"""
+
+
+@needs_gcc
+@pytest.mark.parametrize("lanes", [LANES, 8])
+def test_3x3_convolutions_large_enough_run_by_winograd_with_their_epilogues(lanes):
+    g = tdsl.loads(WINOGRAD_NET.replace("C", "64"))["g"]     # the pass's floor: 64 channels
+    p = g.random_params()
+    x = rand((1, 64, 14, 15))          # 7 and 8 tiles per row (an odd width: a half tile)
+    want = g.reference(x, params=p)
+    m = g.build(f"c -lanes={lanes}" if lanes != LANES else "c", params=p)
+    np.testing.assert_allclose(m(x), want, rtol=2e-4, atol=2e-4)
+    c = m.compiled(x)
+    groups = [tuple(c.ir.nodes[i].op for i in grp.nodes) for grp in c.groups]
+    assert ("conv2d_winograd_nchwc", "bias_add_nchwc", "relu") in groups
+    assert ("conv2d_winograd_nchwc", "add", "relu") in groups
+    direct = g.build(params=p, winograd=False)
+    np.testing.assert_allclose(direct(x), want, **TOL)
+    assert "conv2d_winograd_nchwc" not in [n.op for n in direct.compiled(x).ir.nodes]
+
+
+def test_winograd_is_left_to_convolutions_it_speeds_up():
+    # 32 channels, or a row of fewer than 7 tiles: the direct sum (measured faster there)
+    for c, w in ((32, 16), (64, 12)):
+        g = tdsl.loads(WINOGRAD_NET.replace("C", str(c)).replace("15", str(w)))["g"]
+        ops = [n.op for n in CompiledGraph(g, g.random_params(), {}, True, True, "c",
+                                           blocked=True).ir.nodes]
+        assert "conv2d_nchwc" in ops and "conv2d_winograd_nchwc" not in ops, (c, w)
+
+
 @needs_gcc
 def test_a_fused_dense_takes_dense_s_schedule_without_a_warning():
     g = load("mlp")

@@ -73,7 +73,7 @@ TESTED = {
     "flatten", "concat", "to_nchwc", "from_nchwc", "pack_conv_weights", "pack_channels",
     "pack_depthwise_weights", "conv2d_nchwc", "conv2d_nchwc_valid", "depthwise_conv2d_nchwc",
     "bias_add_nchwc", "max_pool2d_nchwc", "global_avg_pool2d_nchwc", "pack_dense_weights",
-    "dense_packed",
+    "dense_packed", "winograd_weights", "conv2d_winograd_nchwc",
 }
 
 
@@ -423,6 +423,21 @@ def test_blocked_convolutions(n, cb, ci, fb, fi, h, w, kh, kw, attrs, seed):
     h, w = conv_input_size(h, kh, attrs), conv_input_size(w, kw, attrs)
     x = rand(rng, (n, cb, h, w, ci))
     both("conv2d_nchwc_valid", x, rand(rng, (fb, cb, kh, kw, ci, fi)), **attrs)
+
+
+@HYP
+@given(n=st.integers(1, 2), cb=st.integers(1, 3), ci=st.integers(1, 4), fb=st.integers(1, 3),
+       fi=st.integers(1, 4), h=dims, w=dims, seed=seeds)
+def test_winograd_convolution(n, cb, ci, fb, fi, h, w, seed):
+    # odd sizes too: the last tile's second row or column is computed and not stored
+    rng = np.random.default_rng(seed)
+    x, wt = rand(rng, (n, cb, h, w, ci)), rand(rng, (fb * fi, cb * ci, 3, 3))
+    u = both("winograd_weights", wt, in_block=ci, out_block=fi)
+    y = both("conv2d_winograd_nchwc", x, u)
+    # the same numbers as the direct sum, up to the transforms' rounding
+    direct = call("conv2d_nchwc", x, call("pack_conv_weights", wt, in_block=ci, out_block=fi),
+                  padding=1)
+    check(y, direct, 1e-4, 1e-4)
 
 
 @HYP
