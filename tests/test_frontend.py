@@ -760,11 +760,13 @@ BLOCKED_OPS = {
     "max_pool2d_nchwc": (["X"], ["kernel", "stride", "padding"]),
     "global_avg_pool2d_nchwc": (["X"], []),
     "pack_dense_weights": (["W"], ["block"]), "dense_packed": (["X", "Wp", "b"], []),
+    "winograd_weights": (["W"], ["in_block", "out_block"]),
+    "conv2d_winograd_nchwc": (["X", "U"], []),
 }
 
 
 def test_stdlib_has_exactly_the_required_ops():
-    assert len(STD_OPS) == 31 and len(QUANT_OPS) == 8 and len(BLOCKED_OPS) == 13
+    assert len(STD_OPS) == 31 and len(QUANT_OPS) == 8 and len(BLOCKED_OPS) == 15
     assert sorted(tdsl.stdlib) == sorted({**STD_OPS, **QUANT_OPS, **BLOCKED_OPS})
     assert tdsl.load("std") is tdsl.stdlib
 

@@ -43,7 +43,7 @@ from .patterns import Pattern, classify, reads_elementwise
 
 
 # Where Winograd's F(2x2, 3x3) pays over the direct sum, measured at one batch on AVX-512
-# (conv2d_winograd_nchwc's default schedule against conv2d_nchwc's, C = F): 1.37-1.77x with 64
+# (conv2d_winograd_nchwc's default schedule against conv2d_nchwc's, C = F): 1.4-1.85x with 64
 # to 512 channels and rows of 14 to 56 outputs; 0.93-1.01x with 32 channels (a 32-deep
 # channel sum leaves the transforms most of the time); 0.42x at 7 x 7 with 512 channels, where
 # a row of 4 tiles is shorter than the schedule's register tile of 7 and each row re-reads
