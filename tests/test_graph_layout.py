@@ -88,14 +88,16 @@ def test_the_small_cnn_runs_blocked_between_its_convs_with_the_residual_fused():
     assert kernels == [
         ("to_nchwc",),                                       # the input, at the edge
         ("conv2d_nchwc", "bias_add_nchwc", "relu"), ("max_pool2d_nchwc",),
-        ("conv2d_nchwc", "bias_add_nchwc", "relu"),
-        ("conv2d_nchwc", "bias_add_nchwc", "add", "relu"),   # the residual block, one kernel
+        # the 3x3 convolutions on blocked inputs, by Winograd's F(2x2, 3x3)
+        ("conv2d_winograd_nchwc", "bias_add_nchwc", "relu"),
+        ("conv2d_winograd_nchwc", "bias_add_nchwc", "add", "relu"),   # the residual block
         ("global_avg_pool2d_nchwc",), ("dense_packed",)]
     assert c.layouts["r1"] == f"NCHW{LANES}c" and c.layouts["x"] == "NCHW"
     assert c.ir.shape_of("r1", c.sizes) == (1, 32 // LANES, 32, 32, LANES)
     # the packed weights were computed at build time: no kernel packs them
-    assert not any(n.op.startswith("pack_") for n in c.ir.nodes)
-    assert c.weights["n2_w_packed"].shape == (32 // LANES, 32 // LANES, 3, 3, LANES, LANES)
+    assert not any(n.op.startswith(("pack_", "winograd_weights")) for n in c.ir.nodes)
+    assert c.weights["n1_w_packed"].shape == (32 // LANES, 3, 3, 3, 1, LANES)
+    assert c.weights["n2_w_winograd"].shape == (4, 4, 32 // LANES, LANES, 32 // LANES, LANES)
 
 
 def test_the_block_is_the_targets_lanes():
@@ -121,7 +123,8 @@ graph g(x: f32[1, 16, 8, 8]) -> (y: f32[1, 16, 8, 8], z: f32[1, 16, 10, 10]) {
     y = sigmoid(c)
     z = pad2d(c; padding=1)
 }""")["g"]
-    c = CompiledGraph(g, g.random_params(), {}, False, True, "c -lanes=8", True)
+    c = CompiledGraph(g, g.random_params(), {}, False, True, "c -lanes=8", True,
+                      winograd=False)
     ops = [n.op for n in c.ir.nodes]
     assert ops == ["to_nchwc", "conv2d_nchwc", "sigmoid", "from_nchwc", "pad2d",
                    "from_nchwc"]
@@ -211,7 +214,7 @@ graph g(x: f32[1, C, 14, 15]) -> y: f32[1, C, 14, 15] {
 @needs_gcc
 @pytest.mark.parametrize("lanes", [LANES, 8])
 def test_3x3_convolutions_large_enough_run_by_winograd_with_their_epilogues(lanes):
-    g = tdsl.loads(WINOGRAD_NET.replace("C", "64"))["g"]     # the pass's floor: 64 channels
+    g = tdsl.loads(WINOGRAD_NET.replace("C", "64"))["g"]
     p = g.random_params()
     x = rand((1, 64, 14, 15))          # 7 and 8 tiles per row (an odd width: a half tile)
     want = g.reference(x, params=p)
@@ -227,8 +230,9 @@ def test_3x3_convolutions_large_enough_run_by_winograd_with_their_epilogues(lane
 
 
 def test_winograd_is_left_to_convolutions_it_speeds_up():
-    # 32 channels, or a row of fewer than 7 tiles: the direct sum (measured faster there)
-    for c, w in ((32, 16), (64, 12)):
+    # 7 columns, or 512 channels (16 MiB of transformed weights): the direct sum, measured
+    # faster there
+    for c, w in ((64, 7), (512, 14)):
         g = tdsl.loads(WINOGRAD_NET.replace("C", str(c)).replace("15", str(w)))["g"]
         ops = [n.op for n in CompiledGraph(g, g.random_params(), {}, True, True, "c",
                                            blocked=True).ir.nodes]
@@ -278,8 +282,13 @@ def test_tdsl_graph_prints_the_layouts(capsys):
                      "--layout", "on", "--target", "c -lanes=8"]) == 0
     out = capsys.readouterr().out
     assert "layout: NCHW8c, NCHW1c between convolutions (lanes 8)" in out
-    assert "conv2d_nchwc->c3 + bias_add_nchwc->n3 + add->s3 + relu->r3" in out
+    assert "conv2d_winograd_nchwc->c3 + bias_add_nchwc->n3 + add->s3 + relu->r3" in out
     assert "-> r3: 1x4x16x16x8 NCHW8c" in out
+    assert cli.main(["graph", str(EXAMPLES / "small_cnn.tdsl"), "--shape", "B=1",
+                     "--winograd", "off"]) == 0
+    out = capsys.readouterr().out
+    assert "conv2d_nchwc->c3 + bias_add_nchwc->n3 + add->s3 + relu->r3" in out
+    assert "winograd" not in out
     assert cli.main(["graph", str(EXAMPLES / "small_cnn.tdsl"), "--shape", "B=1",
                      "--layout", "off"]) == 0
     out = capsys.readouterr().out
@@ -292,5 +301,8 @@ def test_a_blocked_conv_kernel_is_a_tuning_task_with_conv2d_nchwc_s_knobs():
     c = CompiledGraph(g, g.random_params(), {"B": 1}, True, True, "c", True)
     tasks = fused_tasks(c)
     conv = next(t for t in tasks if t.workload.op.endswith(
-        "conv2d_nchwc+bias_add_nchwc+add+relu@r3"))
+        "conv2d_nchwc+bias_add_nchwc+relu@r1"))
     assert {"nb", "tx", "order", "rows"} <= set(conv.space.names) and len(conv.space) > 1
+    wino = next(t for t in tasks if t.workload.op.endswith(
+        "conv2d_winograd_nchwc+bias_add_nchwc+add+relu@r3"))
+    assert set(wino.space.names) == {"tx", "nb"} and len(wino.space) > 1

@@ -140,7 +140,8 @@ class CExpressionPrinter:
         return f"{self.expr(e.a, prec)} {op} {self.expr(e.b, prec + 1)}", prec
 
     def visit_Select(self, e: te.Select):
-        assert lanes_of(e) == 1, "vector selects print lane by lane"
+        # a vector select prints lane by lane, unless its condition is one for every lane
+        assert lanes_of(e) == 1 or lanes_of(e.cond) == 1, "vector selects print lane by lane"
         return (f"{self.expr(e.cond, TERNARY + 1)} ? {self.expr(e.t)} : "
                 f"{self.expr(e.f, TERNARY)}"), TERNARY
 

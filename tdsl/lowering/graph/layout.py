@@ -42,14 +42,14 @@ from .ir import Graph, Node, Value, eval_size
 from .patterns import Pattern, classify, reads_elementwise
 
 
-# Where Winograd's F(2x2, 3x3) pays over the direct sum, measured at one batch on AVX-512
-# (conv2d_winograd_nchwc's default schedule against conv2d_nchwc's, C = F): 1.4-1.85x with 64
-# to 512 channels and rows of 14 to 56 outputs; 0.93-1.01x with 32 channels (a 32-deep
-# channel sum leaves the transforms most of the time); 0.42x at 7 x 7 with 512 channels, where
-# a row of 4 tiles is shorter than the schedule's register tile of 7 and each row re-reads
-# the 16 MiB of transformed weights.
-WINOGRAD_MIN_CHANNELS = 64
-WINOGRAD_MIN_TILES_PER_ROW = 7
+# Where Winograd's F(2x2, 3x3) pays over the direct sum, measured at one image on AVX-512
+# (conv2d_winograd_nchwc's default schedule against conv2d_nchwc's, C -> C channels x size):
+# 1.3-1.95x from 16 x 32 x 32 and 32 x 16 x 16 to 128 x 28 x 28 and 256 x 14 x 14, 1.5x at
+# 128 x 8 x 8; 0.67x at 64 x 7 x 7 (4 x 4 tiles for 49 outputs, 30% of the work thrown away)
+# and 0.78x at 512 x 14 x 14, 0.18x at 512 x 7 x 7, whose 16 MiB of transformed weights are
+# read again for each row of tiles (4 MiB at 256 channels).
+WINOGRAD_MIN_SIZE = 8                   # output rows and columns
+WINOGRAD_MAX_WEIGHT_BYTES = 4 << 20     # the transformed weights, 16 * C * F floats
 
 
 def run(graph: Graph, std: Callable[[str], object], graph_sizes: dict[str, int],
@@ -137,8 +137,8 @@ class _Rewriter:
         attrs = dict(node.attrs)
         if self.winograd and cin == self.lanes and tuple(ws[2:]) == (3, 3) and \
                 attrs.get("padding", 0) == 1 and attrs.get("stride", 1) == 1 and \
-                attrs.get("dilation", 1) == 1 and min(c, ws[0]) >= WINOGRAD_MIN_CHANNELS and \
-                (xs[3] + 1) // 2 >= WINOGRAD_MIN_TILES_PER_ROW:
+                attrs.get("dilation", 1) == 1 and min(xs[2:]) >= WINOGRAD_MIN_SIZE and \
+                16 * c * ws[0] * 4 <= WINOGRAD_MAX_WEIGHT_BYTES:
             u = self._weight_node("winograd_weights", w,
                                   {"in_block": cin, "out_block": self.lanes}, "_winograd")
             self._emit("conv2d_winograd_nchwc", (xb, u), node, {}, blocked=True)
