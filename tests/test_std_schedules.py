@@ -206,13 +206,15 @@ def test_row_local_knobs(name, vectors):
 
 def test_softmax_schedule_is_row_local():
     """One parallel loop over the rows; the row maximum and sum live in it (no workspace of
-    the whole tensor), and exp is the vectorizable helper, not libm's expf."""
+    the whole tensor); exp is the whole-vector helper, not libm's expf; the output is scaled
+    by one reciprocal per row, not divided element by element."""
     op = tdsl.stdlib["softmax"]
     x = _row_arrays("softmax", 64, 256)[0]
     kernel = op.build(shapes=op.sizes_of(x))
     assert kernel.source.count("#pragma omp parallel for") == 1
     assert "tdsl_alloc" not in kernel.source and "expf(" not in kernel.source
-    assert "tdsl_exp_f32(" in kernel.source
+    assert f"tdsl_exp_f32x{LANES}(" in kernel.source
+    assert "/ tdsl_bcast" not in kernel.source
 
 
 @settings(max_examples=12, deadline=None)

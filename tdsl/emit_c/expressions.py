@@ -160,6 +160,8 @@ class CExpressionPrinter:
                 raise BuildError("requantize needs a constant scale to build",
                                  hint="give the op's scale attributes values")
             return f"{self.helpers.requantize()}({', '.join(args)})", POSTFIX
+        if name == "exp" and dtype.startswith("f32x"):      # a GNU vector (lanes.py)
+            return f"{self.helpers.exp(dtype)}({args[0]})", POSTFIX
         if name == "abs" and not is_float(dtype):
             return f"{self.helpers.abs_int(dtype)}({args[0]})", POSTFIX
         if not is_float(dtype):

@@ -334,11 +334,16 @@ def _rfactor(g: StageGraph, d: S.RFactor) -> None:
     partial = te.Reduce(red.combiner, te.Load(rf, (*(x.var for x in st.data), lane),
                                               st.dtype), (te.IterVar(lane, f, "reduce"),),
                         red.dtype)
-    rest = te.Reduce(red.combiner, te.substitute(
-        red.body, {iv.var: te.Binary("+", te.Binary("*", whole, f, INDEX), tail, INDEX)}),
-        (*others, te.IterVar(tail, simplify(te.Binary("%", iv.extent, f, INDEX)), "reduce")),
-        red.dtype)
-    combined = _COMBINE[red.combiner](partial, rest)
+    left = simplify(te.Binary("%", iv.extent, f, INDEX))
+    if isinstance(left, te.Const) and left.value == 0:
+        # no tail: the stage reads only the partial results (and a second rfactor of its
+        # lane axis leaves the first stage with one reader)
+        combined = partial
+    else:
+        rest = te.Reduce(red.combiner, te.substitute(
+            red.body, {iv.var: te.Binary("+", te.Binary("*", whole, f, INDEX), tail, INDEX)}),
+            (*others, te.IterVar(tail, left, "reduce")), red.dtype)
+        combined = _COMBINE[red.combiner](partial, rest)
     st.value = te.rewrite(value, pre=lambda e: combined if e is red else None)
     st.reduce, st.combiner = [], None
     st.leaves = [x.var.name for x in st.data]

@@ -7,7 +7,7 @@ After: a VECTORIZED loop ``for v in [m, m + L)`` whose
 - body is a store or a sequence of stores (no loop, no condition, no allocation),
 - stores are contiguous in ``v`` (flat index ``base + v``), loads contiguous or invariant,
 - values use only ``+ - * /`` (``/`` on floats), negation, float ``min``/``max`` (the
-  epilogues fusion leaves: relu, clip) and selects whose condition is invariant, of loads,
+  epilogues fusion leaves: relu, clip), f32 ``exp`` (softmax's rows) and selects whose condition is invariant, of loads,
   constants and invariant variables (no select on lanes, other call, compare or cast),
 - and loads of a buffer the body also stores use the store's own index (no cross-lane
   dependence),
@@ -106,6 +106,9 @@ class _Vectorizer:
             case te.Intrinsic("min" | "max" as name, (a, b), dt) if dt in ("f32", "f64"):
                 args = (self.widen(self.expr(a)), self.widen(self.expr(b)))
                 return te.Intrinsic(name, args, vector_dtype(dt, self.lanes))
+            case te.Intrinsic("exp", (a,), "f32"):     # the C backends' vector exp helper
+                return te.Intrinsic("exp", (self.widen(self.expr(a)),),
+                                    vector_dtype("f32", self.lanes))
             case te.Select(cond, t, f, dt) if not self.uses(cond):
                 # one choice for every lane (the cond is invariant): a branch between two
                 # vectors; once an unrolled loop makes the cond a constant, the simplifier
