@@ -15,7 +15,7 @@ import enum
 from dataclasses import dataclass, field
 
 from .te import (Binary, Cast, Compare, Const, Expr, Intrinsic, Logical, Select,  # noqa: F401
-                 Unary, Var)
+                 Unary, Var, field_names)
 
 
 def vector_dtype(scalar: str, lanes: int) -> str:
@@ -225,11 +225,11 @@ def rewrite_stmt(node: Stmt, pre=None, post=None, expr=None) -> Stmt:
         if out is not None:
             return out
     changes = {}
-    for f in dataclasses.fields(node):
-        v = getattr(node, f.name)
+    for name in field_names(node):
+        v = getattr(node, name)
         nv = _rewrite_field(v, pre, post, expr)
         if nv is not v:
-            changes[f.name] = nv
+            changes[name] = nv
     node = dataclasses.replace(node, **changes) if changes else node
     if post is not None:
         out = post(node)
@@ -255,8 +255,8 @@ def walk_stmt(node: Stmt):
     while stack:
         s = stack.pop()
         yield s
-        for f in reversed(dataclasses.fields(s)):
-            v = getattr(s, f.name)
+        for name in reversed(field_names(s)):
+            v = getattr(s, name)
             if isinstance(v, Stmt):
                 stack.append(v)
             elif isinstance(v, tuple):
