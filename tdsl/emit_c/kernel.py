@@ -64,6 +64,7 @@ class Kernel:
         # what a call needs of each parameter, worked out once: a call's Python time is
         # what a small kernel pays on top of its own (it was 7 us of a 10 us call)
         self._in_dtypes = [to_numpy(b.dtype) for b in self._inputs]
+        self._out_dtypes = [to_numpy(b.dtype) for b in self._outputs]
         self._by_pointer = [bool(b.shape) or i >= func.num_inputs
                             for i, b in enumerate(func.params)]
         if self._unrunnable is None:
@@ -79,17 +80,19 @@ class Kernel:
         return f"Kernel({self.func.name}, {self.lib_path})"
 
     def __call__(self, *arrays, out=None):
-        run, outputs = self._prepare(arrays, out)
-        run()
+        args, outputs = self._prepare(arrays, out)
+        self._run(args)
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
 
     def bind(self, *arrays, out=None):
         """``(run, outputs)``: ``run()`` calls the kernel on these arrays, checked and
         marshalled once, writing ``outputs`` (new arrays unless ``out=``). For timing loops,
         where a call's checks would cost more than a small kernel takes."""
-        return self._prepare(arrays, out)
+        args, outputs = self._prepare(arrays, out)
+        return functools.partial(self._run, args), outputs
 
     def _prepare(self, arrays, out):
+        """``(args, outputs)``: the checked arguments marshalled for the library."""
         if self._unrunnable is not None:
             raise CallError(f"{self.func.name} cannot run here: {self._unrunnable}",
                             hint=f"the library is built: {self.lib_path}")
@@ -108,12 +111,15 @@ class Kernel:
             self._bound[key] = ([env[v.name] for v in self._free_sizes],
                                 [self._output_shape(b, env) for b in self._outputs])
         free_sizes, shapes = self._bound[key]
-        outputs = self._prepare_outputs(out, shapes, inputs)
+        if out is None:
+            outputs = [np.empty(s, d) for s, d in zip(shapes, self._out_dtypes)]
+        else:
+            outputs = self._checked_out(out, shapes, inputs)
         from_buffer = self._ffi.from_buffer
         args = [from_buffer(t, v) if p else v
                 for t, p, v in zip(self._c_types, self._by_pointer, inputs + outputs)]
         args += free_sizes
-        return functools.partial(self._run, args), outputs
+        return args, outputs
 
     def _run(self, args: list) -> None:
         """Call the library on marshalled ``args``, raising on failure."""
@@ -141,9 +147,7 @@ class Kernel:
         sizes.check_allocation(shape, to_numpy(buf.dtype), what)
         return shape
 
-    def _prepare_outputs(self, out, shapes, inputs) -> list[np.ndarray]:
-        if out is None:
-            return [np.empty(s, to_numpy(b.dtype)) for b, s in zip(self._outputs, shapes)]
+    def _checked_out(self, out, shapes, inputs) -> list[np.ndarray]:
         outs = list(out) if isinstance(out, (tuple, list)) else [out]
         if len(outs) != len(self._outputs):
             raise CallError(f"out= of {self.func.name} needs {len(self._outputs)} array(s) "
