@@ -107,6 +107,45 @@ schedule scale for cpu {
     np.testing.assert_array_equal(op.build(config={"t": 2, "u": 4})(x), 2 * x)
 
 
+
+def test_a_default_may_name_the_sizes_and_a_free_size_counts_as_unbounded():
+    """TVM-style fallback configurations: a knob default computed from the op's sizes and
+    attributes where the build fixes them; a size left free is unbounded (min(a, N) is a)."""
+    op = tdsl.loads("""
+op blur(X: f32[N, D]; k: int = 3) -> Y: f32[N, D] { Y[n, d] = X[n, d] * f32(k) }
+schedule blur for cpu {
+    knob t in [1, 2, 4, 8] = min(registers // 4, N)
+    knob u in [1, 2, 3] = max(1, 4 // D)
+    knob v in [1, 3, 6] = 2 * k
+    io, ii = split(Y.n, t)
+    jo, ji = split(Y.d, u)
+}
+""")["blur"]
+
+    def defaults(**shapes):
+        sched = op.schedule(target=Target("c -registers=32"), shapes=shapes or None)
+        return {kn.name: kn.default for kn in sched.knobs}
+    assert defaults() == {"t": 8, "u": 1, "v": 6}
+    assert defaults(N=2, D=2) == {"t": 2, "u": 2, "v": 6}
+    assert defaults(N=3, D=1) == {"t": 2, "u": 3, "v": 6}     # 3 snaps to the choice below
+    x = np.arange(6, dtype=np.float32).reshape(3, 2)
+    np.testing.assert_array_equal(op.build(shapes={"N": 3, "D": 2})(x), 3 * x)
+
+
+def test_a_convolution_of_one_input_channel_per_block_takes_a_single_row_tile():
+    """conv2d_nchwc with one input channel per block (the RGB stem) defaults to 1 x 1 x 7
+    (1 x 2 x 14 ran ResNet-50's stem at 0.6x the speed); other blocks keep 1 x 2 x 14 with 32
+    vector registers; with 16 both are 1 x 1 x 7."""
+    op = tdsl.stdlib["conv2d_nchwc"]
+
+    def tile(spec, ci):
+        sched = op.schedule(target=Target(spec), shapes={"CI": ci})
+        d = {kn.name: kn.default for kn in sched.knobs}
+        return d["nb"], d["ty"], d["tx"]
+    assert tile("c -lanes=16 -registers=32", 1) == (1, 1, 7)
+    assert tile("c -lanes=16 -registers=32", 16) == (1, 2, 14)
+    assert tile("c -lanes=8 -registers=16", 1) == tile("c -lanes=8 -registers=16", 8) == (1, 1, 7)
+
 def test_an_unknown_name_in_a_schedule_names_the_target_constants():
     mod = tdsl.loads("""
 op scale(X: f32[N]) -> Y: f32[N] { Y[i] = 2.0 * X[i] }

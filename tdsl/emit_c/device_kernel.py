@@ -51,30 +51,29 @@ class DeviceKernel(Kernel):
         run, _ = self.bind(*arrays)
         return run.seconds(reps)
 
-    def _runner(self, args: list):
-        fn, name, err = self._fn, self.func.name, self._err
-        timed = getattr(self._lib, self._name + "_time")
-        sized = list(args)
-        args = [*args, err, ERROR_BYTES]
+    def _run(self, args: list) -> None:
+        name = self.func.name
+        if self._device_error is not None:
+            raise CallError(f"{name} cannot run: {self._device_error}",
+                            hint=f"the {self.runtime} library is built: {self.lib_path}")
+        rc = self._fn(*args, self._err, ERROR_BYTES)
+        if rc == NO_DEVICE:
+            raise CallError(f"{name} cannot run: no {self.runtime} device here "
+                            f"({self._message()})",
+                            hint=f"the {self.runtime} library is built: {self.lib_path}")
+        if rc != OK:
+            raise CallError(f"{name} failed on the {self.runtime} device: {self._message()}")
 
-        def run():
-            if self._device_error is not None:
-                raise CallError(f"{name} cannot run: {self._device_error}",
-                                hint=f"the {self.runtime} library is built: {self.lib_path}")
-            rc = fn(*args)
-            if rc == NO_DEVICE:
-                raise CallError(f"{name} cannot run: no {self.runtime} device here "
-                                f"({self._message()})",
-                                hint=f"the {self.runtime} library is built: {self.lib_path}")
-            if rc != OK:
-                raise CallError(f"{name} failed on the {self.runtime} device: "
-                                f"{self._message()}")
+    def _runner(self, args: list):
+        run = super()._runner(args)
+        name, err = self.func.name, self._err
+        timed = getattr(self._lib, self._name + "_time")
 
         def seconds(reps: int) -> float:
             if self._device_error is not None:
                 raise CallError(f"{name} cannot run: {self._device_error}")
             out = self._ffi.new("double*")
-            rc = timed(*sized, int(reps), out, err, ERROR_BYTES)
+            rc = timed(*args, int(reps), out, err, ERROR_BYTES)
             if rc != OK:
                 raise CallError(f"{name} failed on the {self.runtime} device: "
                                 f"{self._message()}")

@@ -89,7 +89,7 @@ class Kernel:
         marshalled once, writing ``outputs`` (new arrays unless ``out=``). For timing loops,
         where a call's checks would cost more than a small kernel takes."""
         args, outputs = self._prepare(arrays, out)
-        return functools.partial(self._run, args), outputs
+        return self._runner(args), outputs
 
     def _prepare(self, arrays, out):
         """``(args, outputs)``: the checked arguments marshalled for the library."""
@@ -120,6 +120,10 @@ class Kernel:
                 for t, p, v in zip(self._c_types, self._by_pointer, inputs + outputs)]
         args += free_sizes
         return args, outputs
+
+    def _runner(self, args: list):
+        """``run()`` calling the library on marshalled ``args``."""
+        return functools.partial(self._run, args)
 
     def _run(self, args: list) -> None:
         """Call the library on marshalled ``args``, raising on failure."""

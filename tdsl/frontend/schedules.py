@@ -13,6 +13,7 @@ which raises a `ScheduleError` pointing at the statement.
 """
 from __future__ import annotations
 
+import math
 import operator
 
 from ..errors import ScheduleError, TdslError
@@ -66,9 +67,11 @@ def to_schedule(sdef: ast.ScheduleDef, fn: te.Function, intrinsics: dict | None 
     (sizes known now) serve knobs whose choices depend on them (``factors(N)``)."""
     sched = Schedule(fn)
     consts = as_target(target).constants()
+    sizes = _sizes_for_defaults(fn, shapes or {})
     for st in sdef.body:
         if isinstance(st, ast.KnobDecl):
-            default = _constant(st.default, consts) if st.default is not None else None
+            default = _default(st.default, {**sizes, **consts}) if st.default is not None \
+                else None
             if st.generator is not None:
                 choices = _generated_choices(st.generator, fn, {**consts, **(shapes or {})})
                 if default is not None:          # the nearest choice not above it
@@ -86,6 +89,41 @@ def to_schedule(sdef: ast.ScheduleDef, fn: te.Function, intrinsics: dict | None 
     names = {**consts, **knobs}
     owner: dict[str, str] = {}          # axis named in this block -> its stage
     return _apply_block(sched, sdef.body, names, owner, intrinsics or {}, top=True)
+
+
+def _sizes_for_defaults(fn: te.Function, shapes: dict) -> dict:
+    """The op's sizes and integer attributes as knob defaults see them: their values where
+    this build fixes them, unbounded (infinity) where it does not."""
+    env = {v.name: math.inf for v in fn.shape_vars}
+    env.update((k, v) for k, v in dict(fn.attrs).items()
+               if isinstance(v, int) and not isinstance(v, bool))
+    env.update(shapes)       # a fused kernel's anchor sizes are given, not its own
+    return env
+
+
+def _default(node, env: dict):
+    """A knob's default: a constant, or an integer expression of the target's constants and
+    the op's sizes (``7 * min(registers // 16, CI)``), with ``+ - * // %`` and
+    ``min``/``max``. A size the build leaves free is unbounded, so ``min(a, CI)`` is ``a``
+    and ``2 // CI`` is 0 then: write a default so that it reads right for large sizes."""
+    match node:
+        case ast.Name(n) if n in env:
+            return env[n]
+        case ast.Binary(op, left, right) if op in _INT_OPS:
+            a, b = _default(left, env), _default(right, env)
+            if op in ("//", "%") and b == 0:
+                raise ScheduleError("division by zero", node.span)
+            if op in ("//", "%") and math.isinf(b):
+                return 0 if op == "//" else a       # floor(a / inf), a mod inf (a >= 0)
+            return _integral(_INT_OPS[op](a, b))
+        case ast.Call(func, args, ()) if func in ("min", "max") and len(args) == 2:
+            a, b = (_default(x, env) for x in args)
+            return _integral((min if func == "min" else max)(a, b))
+    return _constant(node, env)
+
+
+def _integral(v):
+    return int(v) if isinstance(v, float) and v.is_integer() else v
 
 
 def _is_number(v) -> bool:
