@@ -130,6 +130,16 @@ schedule blur for cpu {
     assert defaults(N=3, D=1) == {"t": 2, "u": 3, "v": 6}     # 3 snaps to the choice below
     x = np.arange(6, dtype=np.float32).reshape(3, 2)
     np.testing.assert_array_equal(op.build(shapes={"N": 3, "D": 2})(x), 3 * x)
+    undefined = tdsl.loads("""
+op f(X: f32[N]) -> Y: f32[N] { Y[i] = X[i] }
+schedule f for cpu {
+    knob t in [1, 2, 4] = N - N
+    io, ii = split(Y.i, t)
+}
+""")["f"]
+    with pytest.raises(tdsl.ScheduleError, match="no value while a size in it is not fixed"):
+        undefined.schedule()
+    assert undefined.schedule(shapes={"N": 8}).knobs[0].default == 1
 
 
 def test_a_convolution_of_one_input_channel_per_block_takes_a_single_row_tile():

@@ -110,19 +110,30 @@ def _default(node, env: dict):
         case ast.Name(n) if n in env:
             return env[n]
         case ast.Binary(op, left, right) if op in _INT_OPS:
-            a, b = _default(left, env), _default(right, env)
+            a, b = _numbers(node, _default(left, env), _default(right, env))
             if op in ("//", "%") and b == 0:
                 raise ScheduleError("division by zero", node.span)
             if op in ("//", "%") and math.isinf(b):
                 return 0 if op == "//" else a       # floor(a / inf), a mod inf (a >= 0)
-            return _integral(_INT_OPS[op](a, b))
+            return _integral(node, _INT_OPS[op](a, b))
         case ast.Call(func, args, ()) if func in ("min", "max") and len(args) == 2:
-            a, b = (_default(x, env) for x in args)
-            return _integral((min if func == "min" else max)(a, b))
+            a, b = _numbers(node, *(_default(x, env) for x in args))
+            return _integral(node, (min if func == "min" else max)(a, b))
     return _constant(node, env)
 
 
-def _integral(v):
+def _numbers(node, a, b) -> tuple:
+    if not (_is_number(a) and _is_number(b)):
+        raise ScheduleError("a default computed with + - * // % min max is a number of the "
+                            "target's constants and the op's sizes", node.span)
+    return a, b
+
+
+def _integral(node, v):
+    if isinstance(v, float) and math.isnan(v):
+        raise ScheduleError("this default has no value while a size in it is not fixed",
+                            node.span, hint="fix the size (shapes=) or write the default so "
+                                            "that it reads right for large sizes")
     return int(v) if isinstance(v, float) and v.is_integer() else v
 
 
