@@ -115,6 +115,8 @@ def _default(node, env: dict):
                 raise ScheduleError("division by zero", node.span)
             if op in ("//", "%") and math.isinf(b):
                 return 0 if op == "//" else a       # floor(a / inf), a mod inf (a >= 0)
+            if op == "//" and math.isinf(a) and b > 0:
+                return a                            # floor(inf / b)
             return _integral(node, _INT_OPS[op](a, b))
         case ast.Call(func, args, ()) if func in ("min", "max") and len(args) == 2:
             a, b = _numbers(node, *(_default(x, env) for x in args))
