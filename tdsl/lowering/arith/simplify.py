@@ -151,11 +151,31 @@ def fold_logical(e: te.Expr, bound: Bound | None) -> te.Expr | None:
     return None
 
 
+# Index trees known to be in the canonical form, by identity (each entry holds its node, so
+# an id is never reused while it is cached): the simplifier meets the same subtrees again
+# in every round of its fixed point and in every unrolled copy of a body, and rebuilding
+# the form of one only to find it equal was a third of a Winograd kernel's simplification.
+_CANONICAL: dict[int, te.Expr] = {}
+_CANONICAL_LIMIT = 1 << 16
+
+
+def _canonical(e: te.Expr) -> te.Expr:
+    if len(_CANONICAL) >= _CANONICAL_LIMIT:
+        _CANONICAL.clear()
+    _CANONICAL[id(e)] = e
+    return e
+
+
 def canonical_index(e: te.Expr, bound: Bound | None) -> te.Expr | None:
     """Index +, -, * trees go to the canonical linear form (which cancels terms)."""
     if is_index(e) and isinstance(e, (te.Binary, te.Unary)) and e.op in ("+", "-", "*"):
+        if _CANONICAL.get(id(e)) is e:
+            return None
         out = normalize(e)
-        return None if out == e else out
+        if out == e:
+            _canonical(e)
+            return None
+        return _canonical(out)
     return None
 
 
@@ -240,11 +260,22 @@ def _decide(op: str, lo, hi) -> bool | None:
 RULES = (fold_constants, fold_identities, fold_logical, canonical_index, floor_div_mod,
          min_max, compare_index)
 
+# The rules that can match each kind of node, in `RULES` order (each rule's first pattern
+# names the node classes it takes): the simplifier asks every node of every expression, and
+# trying all seven on each was a tenth of a large kernel's lowering.
+_RULES_FOR = {
+    te.Binary: (fold_constants, fold_identities, canonical_index, floor_div_mod),
+    te.Unary: (fold_constants, fold_identities, canonical_index),
+    te.Compare: (fold_constants, compare_index),
+    te.Cast: (fold_constants,),
+    te.Select: (fold_constants, fold_identities),
+    te.Logical: (fold_logical,),
+    te.Intrinsic: (min_max,),
+}
+
 
 def _apply_rules(e: te.Expr, bound: Bound | None) -> te.Expr | None:
-    if isinstance(e, (te.Var, te.Const, BufferLoad)):
-        return None
-    for rule in RULES:
+    for rule in _RULES_FOR.get(type(e), ()):
         out = rule(e, bound)
         if out is not None and out != e:
             return out

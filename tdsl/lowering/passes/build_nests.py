@@ -334,7 +334,14 @@ class Builder:
         shape = padded_shape(pst)
         for d in range(len(pst.shape)):
             full = (te.Const(0, INDEX), self.bind(shape[d]))
-            boxes = [B.relax(ld.indices[d], inner) for ld, inner in relaxed]
+            # many loads share a dimension's index (the 16 reads of a Winograd tile differ
+            # in two of seven): each distinct one is relaxed, and each distinct box merged,
+            # once (the min/max chain was simplified again for every box added)
+            distinct = {}
+            for ld, inner in relaxed:
+                distinct.setdefault((ld.indices[d], id(inner)), (ld.indices[d], inner))
+            boxes = list(dict.fromkeys(B.relax(index, inner)
+                                       for index, inner in distinct.values()))
             # a gather's index (T[I[i]]) is data: its region is known only as the whole
             # dimension (a region bounded by loads would need them loaded before the loop)
             if not boxes or None in boxes or any(isinstance(x, te.Load) for box in boxes
