@@ -193,7 +193,8 @@ def test_tdsl_tune_command_end_to_end(tmp_path, capsys):
     records = read_log(log)
     assert len(records) == 6                      # the space holds 6: the rest is skipped
     assert len({json.dumps(r["config"], sort_keys=True) for r in records}) == 6
-    assert all(r["status"] == "ok" for r in records)
+    assert all(r["status"] == "ok" for r in records), [r for r in records
+                                                       if r["status"] != "ok"]
     assert main(["build", str(src), "--shape", "N=4096", "--tuning-log", str(log),
                  "-o", str(tmp_path / "out")]) == 0
 
