@@ -93,6 +93,20 @@ _ABS_INT = "{q} {t} tdsl_abs_{d}({t} a) {{ return a < 0 ? ({t})-a : a; }}"
 
 _SIGMOID = "{q} {t} tdsl_sigmoid_{d}({t} x) {{ return 1 / (1 + {exp}(-x)); }}"
 
+# e^r for the reduced argument r = c - n ln2 (ln2 in two parts, so that n * 0.693359375 is
+# exact), shared by the scalar and the vector exp: ``{v}`` is the value type; a scalar
+# constant in a vector expression is broadcast, so the text is the same for both.
+_EXP_POLYNOMIAL = """\
+    {v} r = c - n * 0.693359375f;
+    r = r - n * -2.12194440e-4f;
+    {v} p = r * 1.9875691500e-4f + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * (r * r) + r + 1.0f;
+"""
+
 # f32 exp and erf without libm: libm's expf/erff are opaque calls that keep gcc from
 # vectorizing the loop around them (a gelu chain ran at 1.2 GB/s). These are branch-free
 # (selects, not jumps; the bit casts are memcpy) and static inline, so a `omp simd` loop
@@ -110,15 +124,7 @@ _EXP_F32 = """\
     float c = x > -104.0f ? x : -104.0f;
     c = c < 89.0f ? c : 89.0f;
     float n = (c * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-    float r = c - n * 0.693359375f;
-    r = r - n * -2.12194440e-4f;
-    float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * (r * r) + r + 1.0f;
+""" + _EXP_POLYNOMIAL.replace("{v}", "float") + """\
     int32_t k = (int32_t)n;
     int32_t k1 = k >> 1, k2 = k - k1;
     int32_t b1 = (k1 + 127) * 8388608, b2 = (k2 + 127) * 8388608;
@@ -138,25 +144,13 @@ _EXP_F32 = """\
 # with one rounding (denormal results and overflow to inf included), in place of the
 # conversion, shifts and two multiplies: 15 operations instead of 26, softmax 4096x1024 in
 # 0.75x the time.
-_EXP_VECTOR_POLYNOMIAL = """\
-    {v} r = c - n * 0.693359375f;
-    r = r - n * -2.12194440e-4f;
-    {v} p = tdsl_bcast_{vd}(1.9875691500e-4f);
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * (r * r) + r + 1.0f;
-"""
-
 _EXP_VECTOR_PORTABLE = """\
     {iv} above = x > -104.0f;
     {v} c = ({v})((above & ({iv})x) | (~above & ({iv})tdsl_bcast_{vd}(-104.0f)));
     {iv} below = c < 89.0f;
     c = ({v})((below & ({iv})c) | (~below & ({iv})tdsl_bcast_{vd}(89.0f)));
     {v} n = (c * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-""" + _EXP_VECTOR_POLYNOMIAL + """\
+""" + _EXP_POLYNOMIAL + """\
     {iv} k = __builtin_convertvector(n, {iv});
     {iv} k1 = k >> 1, k2 = k - k1;
     {v} y = p * ({v})((k1 + 127) * 8388608) * ({v})((k2 + 127) * 8388608);
@@ -169,7 +163,7 @@ _EXP_VECTOR_AVX512 = """\
                                  _mm512_max_ps(_mm512_set1_ps(-104.0f), (__m512)x));
     {v} n = ({v})_mm512_roundscale_ps((__m512)(c * 1.44269504088896341f),
                                      _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-""" + _EXP_VECTOR_POLYNOMIAL + """\
+""" + _EXP_POLYNOMIAL + """\
     return ({v})_mm512_scalef_ps((__m512)p, (__m512)n);
 """
 

@@ -260,6 +260,27 @@ def const(value, dtype: str) -> Const:
 
 # ---------------------------------------------------------------------------- traversal
 
+class IdentityMemo:
+    """Values computed for immutable nodes, looked up by identity (no deep hash or compare).
+    Each entry holds its node, so an id is never reused while it is cached; past ``limit``
+    entries the memo starts afresh."""
+
+    def __init__(self, limit: int = 1 << 16):
+        self._entries: dict[int, tuple[object, object]] = {}
+        self._limit = limit
+
+    def get(self, node):
+        """The value stored for this very node, or None."""
+        hit = self._entries.get(id(node))
+        return hit[1] if hit is not None and hit[0] is node else None
+
+    def put(self, node, value):
+        if len(self._entries) >= self._limit:
+            self._entries.clear()
+        self._entries[id(node)] = (node, value)
+        return value
+
+
 _FIELD_NAMES: dict[type, tuple[str, ...]] = {}
 
 

@@ -171,12 +171,10 @@ def const(v: int) -> Linear:
     return Linear({}, v)
 
 
-# The forms of compound nodes already opened, by identity: the simplifier rewrites bottom-up
-# and every +, -, * node asks for the form of its whole subtree, so without this a sum of n
-# terms was opened n times (and every round of the fixed point opened it all again). Each
-# entry holds its node, so an id is never reused while it is cached.
-_FORMS: dict[int, tuple[te.Expr, Linear]] = {}
-_FORMS_LIMIT = 1 << 16
+# The forms of compound nodes already opened: the simplifier rewrites bottom-up and every
+# +, -, * node asks for the form of its whole subtree, so without this a sum of n terms was
+# opened n times (and every round of the fixed point opened it all again).
+_FORMS = te.IdentityMemo()
 
 
 def linear(e: te.Expr) -> Linear:
@@ -186,9 +184,9 @@ def linear(e: te.Expr) -> Linear:
     if kind is te.Const:
         return Linear._of({}, int(e.value))
     if kind is te.Binary and e.op in ("+", "-", "*") or kind is te.Unary and e.op == "-":
-        hit = _FORMS.get(id(e))
-        if hit is not None and hit[0] is e:
-            return hit[1]
+        form = _FORMS.get(e)
+        if form is not None:
+            return form
         if kind is te.Unary:
             form = linear(e.a).scale(-1)
         elif e.op == "+":
@@ -197,10 +195,7 @@ def linear(e: te.Expr) -> Linear:
             form = linear(e.a) - linear(e.b)
         else:
             form = linear(e.a) * linear(e.b)
-        if len(_FORMS) >= _FORMS_LIMIT:
-            _FORMS.clear()
-        _FORMS[id(e)] = (e, form)
-        return form
+        return _FORMS.put(e, form)
     return Linear._of({(e,): 1}, 0)
 
 

@@ -151,31 +151,24 @@ def fold_logical(e: te.Expr, bound: Bound | None) -> te.Expr | None:
     return None
 
 
-# Index trees known to be in the canonical form, by identity (each entry holds its node, so
-# an id is never reused while it is cached): the simplifier meets the same subtrees again
-# in every round of its fixed point and in every unrolled copy of a body, and rebuilding
-# the form of one only to find it equal was a third of a Winograd kernel's simplification.
-_CANONICAL: dict[int, te.Expr] = {}
-_CANONICAL_LIMIT = 1 << 16
-
-
-def _canonical(e: te.Expr) -> te.Expr:
-    if len(_CANONICAL) >= _CANONICAL_LIMIT:
-        _CANONICAL.clear()
-    _CANONICAL[id(e)] = e
-    return e
+# Index trees known to be in the canonical form: the simplifier meets the same subtrees
+# again in every round of its fixed point and in every unrolled copy of a body, and
+# rebuilding the form of one only to find it equal was a third of a Winograd kernel's
+# simplification.
+_CANONICAL = te.IdentityMemo()
 
 
 def canonical_index(e: te.Expr, bound: Bound | None) -> te.Expr | None:
     """Index +, -, * trees go to the canonical linear form (which cancels terms)."""
     if is_index(e) and isinstance(e, (te.Binary, te.Unary)) and e.op in ("+", "-", "*"):
-        if _CANONICAL.get(id(e)) is e:
+        if _CANONICAL.get(e):
             return None
         out = normalize(e)
         if out == e:
-            _canonical(e)
+            _CANONICAL.put(e, True)
             return None
-        return _canonical(out)
+        _CANONICAL.put(out, True)
+        return out
     return None
 
 

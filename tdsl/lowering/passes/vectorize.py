@@ -7,8 +7,9 @@ After: a VECTORIZED loop ``for v in [m, m + L)`` whose
 - body is a store or a sequence of stores (no loop, no condition, no allocation),
 - stores are contiguous in ``v`` (flat index ``base + v``), loads contiguous or invariant,
 - values use only ``+ - * /`` (``/`` on floats), negation, float ``min``/``max`` (the
-  epilogues fusion leaves: relu, clip), f32 ``exp`` (softmax's rows) and selects whose condition is invariant, of loads,
-  constants and invariant variables (no select on lanes, other call, compare or cast),
+  epilogues fusion leaves: relu, clip), f32 ``exp`` (softmax's rows) and selects whose
+  condition is invariant, of loads, constants and invariant variables (no select on lanes,
+  other call, compare or cast),
 - and loads of a buffer the body also stores use the store's own index (no cross-lane
   dependence),
 
