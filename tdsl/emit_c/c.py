@@ -90,7 +90,11 @@ class HostC(GnuVectors, CFamilyPrinter):
         if kind is ForKind.PARALLEL:
             if ForKind.VECTORIZED in self.loop_kinds:
                 return []     # OpenMP forbids threads inside a simd loop; serial is the same
-            return ["#pragma omp parallel for schedule(static)"]
+            # a team for one iteration (a vector tail, a single image) costs a fork and a
+            # join, about a microsecond each, for nothing: such a loop runs serially
+            if isinstance(extent, te.Const):
+                return [] if extent.value <= 1 else ["#pragma omp parallel for schedule(static)"]
+            return [f"#pragma omp parallel for schedule(static) if({self.expr(extent)} > 1)"]
         if kind is ForKind.VECTORIZED:
             return ["#pragma omp simd"]
         if kind is ForKind.UNROLLED and isinstance(extent, te.Const) and \

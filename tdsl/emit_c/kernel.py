@@ -70,7 +70,10 @@ class Kernel:
         if self._unrunnable is None:
             self._ffi, self._lib = load_library(str(built.lib_path), module.prototype)
             self._fn = getattr(self._lib, module.name)
-            self._c_types = [self._ffi.typeof(f"{to_c(b.dtype)}[]") for b in func.params]
+            self._from_buffer = self._ffi.from_buffer
+            # None for a scalar, passed by value
+            self._c_types = [self._ffi.typeof(f"{to_c(b.dtype)}[]") if pointer else None
+                             for b, pointer in zip(func.params, self._by_pointer)]
         self._read_faults = func.attrs.get("read_faults", ())
         # input shapes -> (sizes to pass, output shapes): binding and checking the sizes is
         # most of a call's Python time, and a kernel is usually called at a few shapes
@@ -100,26 +103,29 @@ class Kernel:
             names = ", ".join(b.name for b in self._inputs)
             raise CallError(f"{self.func.name} takes {len(self._inputs)} argument(s) "
                             f"({names}), got {len(arrays)}")
-        inputs = [_check_input(b, a, d) for b, a, d in zip(self._inputs, arrays, self._in_dtypes)]
-        key = tuple(a.shape if isinstance(a, np.ndarray) else () for a in inputs)
-        if key not in self._bound:
+        inputs = list(map(_check_input, self._inputs, arrays, self._in_dtypes))
+        key = tuple([a.shape if isinstance(a, np.ndarray) else () for a in inputs])
+        bound = self._bound.get(key)
+        if bound is None:
             if len(self._bound) >= 64:      # a kernel called at ever new shapes
                 self._bound.clear()
             env = self._bind_sizes(inputs)
             sizes.check_shapes(self.func.attrs.get("stage_shapes", ()), env)
             check_reads(self.func.attrs.get("reads", ()), env)
-            self._bound[key] = ([env[v.name] for v in self._free_sizes],
-                                [self._output_shape(b, env) for b in self._outputs])
-        free_sizes, shapes = self._bound[key]
+            bound = self._bound[key] = ([env[v.name] for v in self._free_sizes],
+                                        [self._output_shape(b, env) for b in self._outputs])
+        free_sizes, shapes = bound
         if out is None:
-            outputs = [np.empty(s, d) for s, d in zip(shapes, self._out_dtypes)]
+            outputs = list(map(np.empty, shapes, self._out_dtypes))
         else:
             outputs = self._checked_out(out, shapes, inputs)
-        from_buffer = self._ffi.from_buffer
-        args = [from_buffer(t, v) if p else v
-                for t, p, v in zip(self._c_types, self._by_pointer, inputs + outputs)]
+        args = list(map(self._marshal, self._c_types, inputs + outputs))
         args += free_sizes
         return args, outputs
+
+    def _marshal(self, c_type, value):
+        """An array as the pointer cffi passes (no copy); a scalar as itself."""
+        return self._from_buffer(c_type, value) if c_type is not None else value
 
     def _runner(self, args: list):
         """``run()`` calling the library on marshalled ``args``."""
