@@ -178,10 +178,30 @@ def matmul_func(kind=ForKind.PARALLEL):
 @needs_gcc
 def test_matmul_with_reduction_and_parallel_loop(cache):
     k = build_kernel(matmul_func(), cache=cache)
-    assert "#pragma omp parallel for schedule(static)" in k.source
+    assert "#pragma omp parallel for schedule(static) if(M > 1)" in k.source
     a = rng.random((37, 19), dtype=np.float32)
     b = rng.random((19, 23), dtype=np.float32)
     np.testing.assert_allclose(k(a, b), a @ b, rtol=1e-5)
+    one = rng.random((1, 19), dtype=np.float32)        # one row: no team is forked
+    np.testing.assert_allclose(k(one, b), one @ b, rtol=1e-5)
+
+
+@needs_gcc
+@pytest.mark.parametrize("stride", [1, 2])
+def test_a_one_iteration_parallel_loop_runs_in_the_caller_and_stays_right(stride):
+    """A parallel loop of one iteration forks no team (``if(0)``) but stays a parallel
+    region: as a plain loop in the kernel, gcc 12.2 -O3 compiled conv2d_nchwc's padded copy
+    at CB = 1 with a wrong mask and the answers were wrong (test_std_templates found it)."""
+    op = tdsl.stdlib["conv2d_nchwc"]
+    sizes = {"N": 2, "CB": 1, "IH": 3, "IW": 8, "CI": 2, "FB": 1, "KH": 3, "KW": 3, "FI": 1}
+    config = {"nb": 1, "tx": 2, "ty": 1, "order": "crs", "rows": False}
+    x = rng.standard_normal((2, 1, 3, 8, 2), dtype=np.float32)
+    w = rng.standard_normal((1, 1, 3, 3, 2, 1), dtype=np.float32)
+    k = op.build(shapes=sizes, config=config, padding=1, stride=stride)
+    assert "#pragma omp parallel for schedule(static) if(0)" in k.source
+    np.testing.assert_allclose(k(x, w), op.reference(x, w, padding=1, stride=stride),
+                               rtol=1e-5, atol=1e-5)
+
 
 
 def saxpy_vector_func():

@@ -91,10 +91,15 @@ class HostC(GnuVectors, CFamilyPrinter):
             if ForKind.VECTORIZED in self.loop_kinds:
                 return []     # OpenMP forbids threads inside a simd loop; serial is the same
             # a team for one iteration (a vector tail, a single image) costs a fork and a
-            # join, about a microsecond each, for nothing: such a loop runs serially
+            # join, about a microsecond each, for nothing: such a loop runs in the calling
+            # thread. It stays an outlined parallel region all the same (if(0), not a plain
+            # loop): gcc 12.2 -O3 miscompiled conv2d_nchwc's padded copy at CB = 1 inlined
+            # into the kernel before a parallel region (a masked load with the wrong mask)
             if isinstance(extent, te.Const):
-                return [] if extent.value <= 1 else ["#pragma omp parallel for schedule(static)"]
-            return [f"#pragma omp parallel for schedule(static) if({self.expr(extent)} > 1)"]
+                clause = " if(0)" if extent.value <= 1 else ""
+            else:
+                clause = f" if({self.expr(extent)} > 1)"
+            return [f"#pragma omp parallel for schedule(static){clause}"]
         if kind is ForKind.VECTORIZED:
             return ["#pragma omp simd"]
         if kind is ForKind.UNROLLED and isinstance(extent, te.Const) and \
