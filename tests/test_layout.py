@@ -130,6 +130,36 @@ def test_depthwise_tile_is_padded_to_whole_vectors(target):
     assert func.attrs["unproven_accesses"] == 0
 
 
+GUARDED = """
+op dw(X: f32[C, H, W], K: f32[C, 3, 3]) -> Y: f32[C, H, W] {
+    Y[c, y, x] = sum[r, s](select(y + r >= 1 and y + r < H + 1 and x + s >= LO
+                                  and x + s < W + 1, X[c, y + r - 1, x + s - 1], 0.0)
+                           * K[c, r, s])
+}
+schedule dw for c {
+    Xp = cache_read(X, global, Y)
+    compute_at(Xp, Y.c)
+    pad(Xp.ax1)
+    PADS
+}
+"""
+
+
+@pytest.mark.parametrize("lo, pads, selects", [
+    ("1", "pad(Xp.ax2)", 1),     # every conjunct bounds a padded index: the sum has no test
+    ("2", "pad(Xp.ax2)", 2),     # x + s >= 2 also drops the first column: a real test, kept
+    ("1", "", 2),                # W not padded: the copy has no zeros there, the test stays
+])
+def test_a_guarded_read_of_a_padded_copy_keeps_every_test_it_needs(lo, pads, selects):
+    op = tdsl.loads(GUARDED.replace("LO", lo).replace("PADS", pads), "dw.tdsl")["dw"]
+    x, w = _rand(3, 6, 7), _rand(3, 3, 3, seed=1)
+    for shapes in (op.sizes_of(x, w), None):
+        k = op.build(shapes=shapes)
+        body = k.source[k.source.index("int tdsl_"):]
+        assert body.count(" ? ") == selects, body
+        np.testing.assert_allclose(k(x, w), op.reference(x, w), rtol=1e-5, atol=1e-5)
+
+
 def _std_block(file: str, op: str) -> str:
     text = (STD / file).read_text()
     return re.search(rf"^schedule {op} for (?:cpu|c) {{.*?^}}", text, re.S | re.M).group(0)

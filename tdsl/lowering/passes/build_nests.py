@@ -37,6 +37,8 @@ import numpy as np
 from ...errors import BuildError
 from .. import te
 from ..arith import prover as B
+from ..arith.linear import Linear, const, linear
+from ..arith.prover import conjoin, conjuncts
 from ..arith.simplify import ceil_div, divides, simplify
 from ..directives import tensorize
 from ..directives.stage_graph import FuseRel, SplitRel, StageGraph, StageState
@@ -135,15 +137,17 @@ class Builder:
         for t in (*fn.inputs, *fn.outputs):
             params.append(self.buffer(t.name, t.dtype, t.shape, "global"))
             self.access[t.name] = Access(params[-1])
-        workspaces = []
+        workspaces, regions = [], {}
         for name in g.live():
             st = g.stages[name]
             if st.attach == ("root",) and not st.is_output:
                 scope = "global" if st.scope in (None, "local") else st.scope
-                workspaces.append(self.buffer(name, st.dtype, padded_shape(st), scope,
-                                              st.align))
-                self.access[name] = Access(workspaces[-1])
-        nests = [self.stage(g.stages[n], None, {}, dict(self.access))
+                region = regions[name] = self.root_region(st) if st.pad else None
+                shape = [e for _, e in region] if region else padded_shape(st)
+                workspaces.append(self.buffer(name, st.dtype, shape, scope, st.align))
+                self.access[name] = Access(workspaces[-1],
+                                           tuple(m for m, _ in region) if region else None)
+        nests = [self.stage(g.stages[n], regions.get(n), {}, dict(self.access))
                  for n in g.live() if g.stages[n].attach == ("root",)]
         body = _seq(*nests)
         for buf in reversed(workspaces):
@@ -177,6 +181,11 @@ class Builder:
         sub = {iv.var: a for iv, a in zip(st.data, absolute)}
         sub.update({iv.var: values[iv.var.name] for iv in st.reduce})
         value = te.substitute(self.bind(_rename_reduces(st.value, self, st.name)), sub)
+        if _is_padded_copy(st, self.g):     # past the input's ends: the copy's zero padding
+            value = te.Select(conjoin([c for d in st.pad for c in (
+                te.Compare(">=", absolute[d], te.Const(0, INDEX)),
+                _lt(absolute[d], self.bind(st.shape[d])))]), value, te.const(0, st.dtype),
+                st.dtype)
         loops = [(values[a], ext[a], *st.annotations.get(a, (ForKind.SERIAL, None)))
                  for a in st.leaves]
         self.thread_vars.update(v for v, _, kind, tag in loops
@@ -186,6 +195,7 @@ class Builder:
         attach, access = self.attachments(st, value, loops, ranges, access)
         store = self.access[st.name] if st.name in self.access else access[st.name]
         out_index = store.index(absolute)
+        value = self.unguard_padded_reads(value)
         pre, value_ir = _lower_value(value, access, self, st.name)
         n = len(loops)
         p = next((k for k, a in enumerate(st.leaves) if st.kind[a] == "reduce"), n)
@@ -313,6 +323,71 @@ class Builder:
             inner[k] = (te.Const(0, INDEX), _add(self.bind(iv.extent), te.Const(-1, INDEX)))
         return te.substitute(self.bind(rst.value), sub), inner
 
+    def root_region(self, pst: StageState):
+        """A root stage with padded dimensions is computed over what its readers read, as an
+        attached one is: along a padded dimension the union of their reads (a halo before
+        0 included), rounded up to the multiple; along the others its whole shape."""
+        reads = []
+        for name in self.g.readers(pst.name):
+            rst = self.g.stages[name]
+            ranges = {iv.var: (te.Const(0, INDEX), _add(self.bind(e), te.Const(-1, INDEX)))
+                      for iv, e in zip(rst.data, padded_shape(rst))}
+            ranges.update({iv.var: (te.Const(0, INDEX),
+                                    _add(self.bind(iv.extent), te.Const(-1, INDEX)))
+                           for iv in rst.reduce})
+            reads.append((self.bind(rst.value), ranges))
+        region = self.infer_region(pst, reads, {})
+        return [reg if d in pst.pad else (te.Const(0, INDEX), self.bind(e))
+                for d, (reg, e) in enumerate(zip(region, padded_shape(pst)))]
+
+    def unguard_padded_reads(self, value: te.Expr) -> te.Expr:
+        """``select(in bounds, P[idx], 0)`` is ``P[idx]`` where ``P`` is a copy of an input
+        (``cache_read``) padded along every dimension the condition tests: ``P`` is computed
+        over all its readers read, and holds zeros past the input's ends. So an op written
+        with its zero padding as a guarded read (the textbook convolution) pays for the
+        padding once per input element, in the schedule's padded copy, not once per
+        multiply."""
+        def post(n):
+            if isinstance(n, te.Select) and isinstance(n.t, te.Load) and \
+                    isinstance(n.f, te.Const) and n.f.value == 0:
+                pst = self.g.stages.get(n.t.tensor.name)
+                if pst is not None and _is_padded_copy(pst, self.g) and \
+                        self._tests_only_padded_bounds(n.cond, n.t.indices, pst):
+                    return n.t
+            return None
+        return te.rewrite(value, post)
+
+    def _tests_only_padded_bounds(self, cond: te.Expr, indices, pst: StageState) -> bool:
+        """Whether ``cond`` is false only where an index along a padded dimension is past
+        ``pst``'s shape: each of its conjuncts bounds one such index (``idx >= b`` with
+        ``b <= 0``, ``idx < b`` with ``b >= extent``), and the indices of the other
+        dimensions use none of its variables (so each of their values is also read where
+        ``cond`` holds, in bounds)."""
+        shape_vars = set(self.free_shape_vars)
+        lins = [linear(self.bind(i)) for i in indices]
+        tested = set()
+        for part in conjuncts(cond):
+            if not (isinstance(part, te.Compare) and part.op in _FLIP
+                    and part.a.dtype == INDEX):
+                return False
+            e = linear(self.bind(part.a)) - linear(self.bind(part.b))     # e op 0
+            d = next((d for d in pst.pad for sign in (1, -1)
+                      if _free_of(e - lins[d].scale(sign), shape_vars)), None)
+            if d is None:
+                return False
+            sign = 1 if _free_of(e - lins[d], shape_vars) else -1
+            # e == sign * idx + rest, so the conjunct says idx op bound
+            rest = e - lins[d].scale(sign)
+            op, bound = (part.op, rest.scale(-1)) if sign == 1 else (_FLIP[part.op], rest)
+            extent = linear(self.bind(pst.shape[d]))
+            margin = {">=": bound.scale(-1), ">": bound.scale(-1) - const(1),
+                      "<": bound - extent, "<=": bound - extent + const(1)}[op]
+            if not (margin.is_const and margin.const >= 0):
+                return False
+            tested.add(d)
+        used = te.free_vars(cond)
+        return all(d in tested or not (te.free_vars(i) & used) for d, i in enumerate(indices))
+
     def infer_region(self, pst: StageState, reads, outer_ranges):
         """The box of ``pst`` read by one iteration of the attach loop: the union over the
         loads of ``pst`` in ``reads`` (``[(expr, {var: (lo, hi)})]``, the variables of the
@@ -372,6 +447,23 @@ class Builder:
             else:
                 region.append((lo, ext))
         return region
+
+
+# a conjunct ``a op b`` read the other way round: ``-a op' -b``
+_FLIP = {"<": ">", "<=": ">=", ">": "<", ">=": "<="}
+
+
+def _free_of(lin: Linear, shape_vars: set) -> bool:
+    """No loop variable in ``lin``: a constant, or an expression of the free sizes."""
+    return all(len(m) == 1 and m[0] in shape_vars for m in lin.terms)
+
+
+def _is_padded_copy(st: StageState, g: StageGraph) -> bool:
+    """``st`` copies an input at its own indices (a `cache_read` of it) and is padded."""
+    v = st.value
+    return bool(st.pad) and st.combiner is None and isinstance(v, te.Load) and \
+        v.tensor.name in g.inputs and \
+        tuple(v.indices) == tuple(iv.var for iv in st.data)
 
 
 def padded_shape(st: StageState) -> tuple:
