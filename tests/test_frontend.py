@@ -488,16 +488,16 @@ def test_op_call_splices_callee_stages():
 def test_op_call_with_attributes_and_intermediates():
     f = fn("""
         import std
-        op conv_relu(X: f32[B, C, H, W], Wt: f32[F, C, 3, 3]; stride: int = 1)
-            -> Y: f32[B, F, (H - 1) // stride + 1, (W - 1) // stride + 1] {
-            Cv = conv2d(X, Wt; stride=stride, padding=1)
+        op conv_relu(X: f32[B, C, H, W, 4], Wt: f32[F, C, 3, 3, 4, 4]; stride: int = 1)
+            -> Y: f32[B, F, (H - 1) // stride + 1, (W - 1) // stride + 1, 4] {
+            Cv = conv2d_nchwc(X, Wt; stride=stride, padding=1)
             Y = relu(Cv)
         }""", stride=2)
     names = [t.name for t in f.stages()]
     # the callee's intermediate (its padded input) gets Cv_
     assert names == ["Cv_Xp", "Cv", "Y"]
-    assert header(f).endswith("-> Y: f32[B, F, (H - 1) // 2 + 1, (W - 1) // 2 + 1] {")
-    assert "Cv_Xp: f32[B, C, H + 2, W + 2]" in body(f)
+    assert header(f).endswith("-> Y: f32[B, F, (H - 1) // 2 + 1, (W - 1) // 2 + 1, 4] {")
+    assert "Cv_Xp: f32[B, C, H + 2, W + 2, 4]" in body(f)
 
 
 def test_op_call_with_several_outputs():
@@ -553,14 +553,15 @@ def test_op_call_renames_callee_indices_that_meet_caller_sizes():
 
 
 def test_op_call_intermediate_names_stay_unique():
-    # the caller already has a D_Xp, and calls conv2d twice: every stage keeps its own name
+    # the caller already has a D_Xp, and calls conv2d_nchwc twice: every stage keeps its
+    # own name
     f = fn("""
         import std
-        op f(X: f32[N, C, H, W], Wt: f32[F, C, 3, 3]) -> Y: f32[N, F, H, W] {
-            D_Xp: f32[N, C, H, W]
-            D_Xp[n, c, h, w] = X[n, c, h, w] * 2.0
-            D = conv2d(D_Xp, Wt; padding=1)
-            E = conv2d(D_Xp, Wt; padding=1)
+        op f(X: f32[N, C, H, W, 4], Wt: f32[F, C, 3, 3, 4, 4]) -> Y: f32[N, F, H, W, 4] {
+            D_Xp: f32[N, C, H, W, 4]
+            D_Xp[n, c, h, w, i] = X[n, c, h, w, i] * 2.0
+            D = conv2d_nchwc(D_Xp, Wt; padding=1)
+            E = conv2d_nchwc(D_Xp, Wt; padding=1)
             Y = add(D, E)
         }""")
     names = [t.name for t in f.stages()]

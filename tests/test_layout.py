@@ -130,6 +130,19 @@ def test_depthwise_tile_is_padded_to_whole_vectors(target):
     assert func.attrs["unproven_accesses"] == 0
 
 
+@pytest.mark.parametrize("name", ["conv2d", "depthwise_conv2d"])
+def test_the_textbook_convs_test_their_padding_once_per_input_element(name):
+    """The ops' zero padding is a guarded read; the schedule's padded copy of X (cache_read +
+    pad) holds the zeros, so the only test left in the C is the copy's, none in the sum."""
+    op = tdsl.stdlib[name]
+    x = _rand(1, 16, 14, 14)
+    w = _rand(32, 16, 3, 3) if name == "conv2d" else _rand(16, 1, 3, 3)
+    k = op.build(shapes=op.sizes_of(x, w, padding=1), padding=1)
+    body = k.source[k.source.index("int tdsl_"):]
+    assert body.count(" ? ") == 1 and re.search(r"Xp\[[^]]*\] = [^;]* \? X\[", body)
+    np.testing.assert_allclose(k(x, w), op.reference(x, w, padding=1), rtol=1e-4, atol=1e-4)
+
+
 GUARDED = """
 op dw(X: f32[C, H, W], K: f32[C, 3, 3]) -> Y: f32[C, H, W] {
     Y[c, y, x] = sum[r, s](select(y + r >= 1 and y + r < H + 1 and x + s >= LO
@@ -169,10 +182,10 @@ USER_CONV = """
 # my own convolution, as in a textbook (names of my choosing for the sizes)
 op conv2d(X: f32[N, C, H, W], W: f32[F, C, 3, 3]; padding: int = 1)
     -> Y: f32[N, F, H + 2 * padding - 2, W + 2 * padding - 2] {
-    Xp: f32[N, C, H + 2 * padding, W + 2 * padding]
-    Xp[n, c, y, x] = select(y >= padding and y < H + padding and x >= padding
-                            and x < W + padding, X[n, c, y - padding, x - padding], 0.0)
-    Y[n, f, y, x] = sum[c, r, s](Xp[n, c, y + r, x + s] * W[f, c, r, s])
+    Y[n, f, y, x] = sum[c, r, s](select(y + r >= padding and y + r < H + padding
+                                        and x + s >= padding and x + s < W + padding,
+                                        X[n, c, y + r - padding, x + s - padding], 0.0)
+                                 * W[f, c, r, s])
 }
 """
 
