@@ -300,6 +300,12 @@ def bias_add_nchwc(x, b):
     return _out(x + b[None, :, None, None, :])
 
 
+def batch_norm_nchwc(x, gamma, beta, mean, var, eps=1e-5):
+    ci = np.shape(x)[4]
+    flat = [np.asarray(v).reshape(-1) for v in (gamma, beta, mean, var)]
+    return to_nchwc(batch_norm(from_nchwc(x), *flat, eps), ci)
+
+
 def max_pool2d_nchwc(x, kernel, stride=None, padding=0):
     return to_nchwc(max_pool2d(from_nchwc(x), kernel, stride, padding), np.shape(x)[4])
 

@@ -758,6 +758,7 @@ BLOCKED_OPS = {
     "conv2d_nchwc_valid": (["X", "W"], ["stride", "dilation"]),
     "pack_depthwise_weights": (["W"], ["block"]),
     "bias_add_nchwc": (["X", "B"], []),
+    "batch_norm_nchwc": (["X", "gamma", "beta", "mean", "var"], ["eps"]),
     "max_pool2d_nchwc": (["X"], ["kernel", "stride", "padding"]),
     "global_avg_pool2d_nchwc": (["X"], []),
     "pack_dense_weights": (["W"], ["block"]), "dense_packed": (["X", "Wp", "b"], []),
@@ -767,7 +768,7 @@ BLOCKED_OPS = {
 
 
 def test_stdlib_has_exactly_the_required_ops():
-    assert len(STD_OPS) == 31 and len(QUANT_OPS) == 8 and len(BLOCKED_OPS) == 15
+    assert len(STD_OPS) == 31 and len(QUANT_OPS) == 8 and len(BLOCKED_OPS) == 16
     assert sorted(tdsl.stdlib) == sorted({**STD_OPS, **QUANT_OPS, **BLOCKED_OPS})
     assert tdsl.load("std") is tdsl.stdlib
 

@@ -156,6 +156,43 @@ def test_a_mobilenet_block_stays_blocked_through_its_depthwise_convs():
                                                       "bias_add_nchwc", "clip")
 
 
+BN_AFTER_RELU = """import std
+graph g(x: f32[1, 16, 12, 12]) -> y: f32[1, 16, 12, 12] {
+    param w1: f32[16, 16, 3, 3]
+    param w2: f32[16, 16, 3, 3]
+    param ga: f32[16]
+    param be: f32[16]
+    param mu: f32[16]
+    param va: f32[16]
+    c1 = conv2d(x, w1; padding=1)
+    r1 = relu(c1)
+    n1 = batch_norm(r1, ga, be, mu, va)
+    y = conv2d(n1, w2; padding=1)
+}"""
+
+
+@needs_gcc
+@pytest.mark.parametrize("fold", [True, False])
+def test_a_batch_norm_that_is_not_folded_stays_blocked(fold):
+    """A batch_norm after a relu cannot fold into the convolution's weights (nor any without
+    folding): it runs blocked, its statistics packed like a bias, not between a from_nchwc
+    and a to_nchwc (fused into a pool after it, that round trip ran scalar, 5x slower)."""
+    g = tdsl.loads(BN_AFTER_RELU)["g"]
+    p = g.random_params()
+    p["va"] = np.abs(p["va"]) + 0.1
+    c = CompiledGraph(g, p, {}, True, fold, "c", True)
+    ops = [n.op for n in c.ir.nodes]
+    assert "batch_norm_nchwc" in ops and "batch_norm" not in ops
+    assert ops.count("to_nchwc") == ops.count("from_nchwc") == 1      # at the edges only
+    x = rand((1, 16, 12, 12))
+    np.testing.assert_allclose(g.build(params=p, fold=fold, layout=True)(x),
+                               g.reference(x, params=p), **TOL)
+    small = load("small_cnn")
+    c = CompiledGraph(small, small.random_params(), {"B": 1}, True, False, "c", True)
+    kernels = [tuple(c.ir.nodes[i].op for i in grp.nodes) for grp in c.groups]
+    assert ("conv2d_nchwc", "batch_norm_nchwc", "relu") in kernels
+
+
 @needs_gcc
 @pytest.mark.parametrize("name, shape", [("small_cnn", (2, 3, 32, 32)),
                                          ("mobilenet_block", (1, 32, 28, 28))])

@@ -72,8 +72,8 @@ TESTED = {
     "global_avg_pool2d", "transpose", "reduce_sum", "reduce_max", "reduce_mean", "pad2d",
     "flatten", "concat", "to_nchwc", "from_nchwc", "pack_conv_weights", "pack_channels",
     "pack_depthwise_weights", "conv2d_nchwc", "conv2d_nchwc_valid", "depthwise_conv2d_nchwc",
-    "bias_add_nchwc", "max_pool2d_nchwc", "global_avg_pool2d_nchwc", "pack_dense_weights",
-    "dense_packed", "winograd_weights", "conv2d_winograd_nchwc",
+    "bias_add_nchwc", "batch_norm_nchwc", "max_pool2d_nchwc", "global_avg_pool2d_nchwc",
+    "pack_dense_weights", "dense_packed", "winograd_weights", "conv2d_winograd_nchwc",
 }
 
 
@@ -449,6 +449,8 @@ def test_blocked_pools_and_bias(case, ci, seed):
     both("max_pool2d_nchwc", x, **attrs)
     both("global_avg_pool2d_nchwc", x)
     both("bias_add_nchwc", x, rand(rng, (c, ci)))
+    stats = [rand(rng, (c, ci)) for _ in range(3)] + [rand(rng, (c, ci), 0.05, 3.0)]
+    both("batch_norm_nchwc", x, *stats)
 
 
 @HYP
