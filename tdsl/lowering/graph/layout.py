@@ -17,9 +17,9 @@ program order:
 - a standard ``depthwise_conv2d`` whose channels are a multiple of ``lanes`` to
   ``depthwise_conv2d_nchwc`` (weights through ``pack_depthwise_weights``, folded too);
 - ops on a blocked value that have a blocked form: ``bias_add`` and ``batch_norm`` (bias
-  and statistics through ``pack_channels``), elementwise ops (any op whose every input is read at the output's own
-  indices, re-instantiated at rank 5: relu, add, clip ...), ``max_pool2d`` and
-  ``global_avg_pool2d`` (whose result is a plain ``[N, C]``);
+  and statistics through ``pack_channels``), elementwise ops (any op whose every input is
+  read at the output's own indices, re-instantiated at rank 5: relu, add, clip ...),
+  ``max_pool2d`` and ``global_avg_pool2d`` (whose result is a plain ``[N, C]``);
 - a standard ``dense`` whose weights are a parameter to ``dense_packed``, the weights through
   ``pack_dense_weights`` (panels of 2 x lanes output features, its schedule's tile width),
   folded at build time: dense's own schedule packs them on every call;
