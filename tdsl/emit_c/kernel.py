@@ -65,15 +65,14 @@ class Kernel:
         # what a small kernel pays on top of its own (it was 7 us of a 10 us call)
         self._in_dtypes = [to_numpy(b.dtype) for b in self._inputs]
         self._out_dtypes = [to_numpy(b.dtype) for b in self._outputs]
-        self._by_pointer = [bool(b.shape) or i >= func.num_inputs
-                            for i, b in enumerate(func.params)]
         if self._unrunnable is None:
             self._ffi, self._lib = load_library(str(built.lib_path), module.prototype)
             self._fn = getattr(self._lib, module.name)
             self._from_buffer = self._ffi.from_buffer
-            # None for a scalar, passed by value
-            self._c_types = [self._ffi.typeof(f"{to_c(b.dtype)}[]") if pointer else None
-                             for b, pointer in zip(func.params, self._by_pointer)]
+            # None for a scalar input, passed by value
+            self._c_types = [self._ffi.typeof(f"{to_c(b.dtype)}[]")
+                             if b.shape or i >= func.num_inputs else None
+                             for i, b in enumerate(func.params)]
         self._read_faults = func.attrs.get("read_faults", ())
         # input shapes -> (sizes to pass, output shapes): binding and checking the sizes is
         # most of a call's Python time, and a kernel is usually called at a few shapes

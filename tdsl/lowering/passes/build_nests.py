@@ -114,6 +114,8 @@ class Builder:
         self.thread_vars: set[te.Var] = set()
         self.attrs: dict = {}
         self.access: dict[str, Access] = {}
+        # the input copies a guarded read may read unguarded (see unguard_padded_reads)
+        self.padded_copies = {n for n, st in g.stages.items() if _is_padded_copy(st, g)}
 
     def bind(self, e: te.Expr) -> te.Expr:
         return simplify(te.substitute(e, self.env))
@@ -181,7 +183,7 @@ class Builder:
         sub = {iv.var: a for iv, a in zip(st.data, absolute)}
         sub.update({iv.var: values[iv.var.name] for iv in st.reduce})
         value = te.substitute(self.bind(_rename_reduces(st.value, self, st.name)), sub)
-        if _is_padded_copy(st, self.g):     # past the input's ends: the copy's zero padding
+        if st.name in self.padded_copies:   # past the input's ends: the copy's zero padding
             value = te.Select(conjoin([c for d in st.pad for c in (
                 te.Compare(">=", absolute[d], te.Const(0, INDEX)),
                 _lt(absolute[d], self.bind(st.shape[d])))]), value, te.const(0, st.dtype),
@@ -349,13 +351,13 @@ class Builder:
         multiply."""
         def post(n):
             if isinstance(n, te.Select) and isinstance(n.t, te.Load) and \
-                    isinstance(n.f, te.Const) and n.f.value == 0:
-                pst = self.g.stages.get(n.t.tensor.name)
-                if pst is not None and _is_padded_copy(pst, self.g) and \
-                        self._tests_only_padded_bounds(n.cond, n.t.indices, pst):
-                    return n.t
+                    isinstance(n.f, te.Const) and n.f.value == 0 and \
+                    n.t.tensor.name in self.padded_copies and \
+                    self._tests_only_padded_bounds(n.cond, n.t.indices,
+                                                   self.g.stages[n.t.tensor.name]):
+                return n.t
             return None
-        return te.rewrite(value, post)
+        return te.rewrite(value, post) if self.padded_copies else value
 
     def _tests_only_padded_bounds(self, cond: te.Expr, indices, pst: StageState) -> bool:
         """Whether ``cond`` is false only where an index along a padded dimension is past
@@ -371,11 +373,11 @@ class Builder:
                     and part.a.dtype == INDEX):
                 return False
             e = linear(self.bind(part.a)) - linear(self.bind(part.b))     # e op 0
-            d = next((d for d in pst.pad for sign in (1, -1)
-                      if _free_of(e - lins[d].scale(sign), shape_vars)), None)
-            if d is None:
+            found = next(((d, sign) for d in pst.pad for sign in (1, -1)
+                          if _free_of(e - lins[d].scale(sign), shape_vars)), None)
+            if found is None:
                 return False
-            sign = 1 if _free_of(e - lins[d], shape_vars) else -1
+            d, sign = found
             # e == sign * idx + rest, so the conjunct says idx op bound
             rest = e - lins[d].scale(sign)
             op, bound = (part.op, rest.scale(-1)) if sign == 1 else (_FLIP[part.op], rest)
