@@ -586,3 +586,24 @@ def test_vector_exp_is_as_accurate_as_the_scalar_one(target):
         assert f"tdsl_exp_f32x{lanes}(" in k.source
         return k(x)
     _assert_exp_is_within_two_ulp(kernel)
+
+
+@needs_gcc
+@pytest.mark.parametrize("target", ["c", *_X86_LEVELS])
+@pytest.mark.parametrize("dtype", ["f32", "f64"])
+def test_vector_sqrt_and_rsqrt_are_whole_vector_code_rounded_as_numpy(target, dtype):
+    """sqrt and rsqrt in a vectorized loop (a batch_norm's scale in a fused epilogue) are
+    whole-vector code (`tdsl_sqrt_<dtype>xL`), not a lane loop the vectorizer gives up on,
+    and give numpy's numbers: sqrt correctly rounded, rsqrt as 1 / sqrt (no estimate)."""
+    source = (f"op vroot(X: {dtype}[N]) -> Y: {dtype}[N] {{ Y[i] = sqrt(X[i]) - rsqrt(X[i]) }}\n"
+              "schedule vroot for cpu { io, il = split(Y.i, lanes)\n vectorize(il) }")
+    op = tdsl.loads(source)["vroot"]
+    n = 64 * 16 + 5                                     # whole vectors and a tail
+    k = op.build(target=target, shapes={"N": n})
+    assert f"tdsl_sqrt_{dtype}x" in k.source
+    x = np.concatenate([np.random.default_rng(3).uniform(0, 1e6, n - 5),
+                        [0.0, 1.0, 4.0, np.inf, np.nan]]).astype({"f32": np.float32,
+                                                                 "f64": np.float64}[dtype])
+    with np.errstate(divide="ignore"):
+        want = np.sqrt(x) - 1 / np.sqrt(x)
+    np.testing.assert_allclose(k(x), want, rtol=4 * np.finfo(x.dtype).eps)

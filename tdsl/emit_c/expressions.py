@@ -162,6 +162,11 @@ class CExpressionPrinter:
             return f"{self.helpers.requantize()}({', '.join(args)})", POSTFIX
         if name == "exp" and dtype.startswith("f32x"):      # a GNU vector (lanes.py)
             return f"{self.helpers.exp(dtype)}({args[0]})", POSTFIX
+        if name in ("sqrt", "rsqrt") and "x" in dtype:      # a GNU vector (lanes.py)
+            root = f"{self.helpers.sqrt_vector(dtype)}({args[0]})"
+            if name == "sqrt":
+                return root, POSTFIX
+            return f"{c_literal(1.0, split_dtype(dtype)[0])[0]} / {root}", MULTIPLICATIVE
         if name == "abs" and not is_float(dtype):
             return f"{self.helpers.abs_int(dtype)}({args[0]})", POSTFIX
         if not is_float(dtype):

@@ -172,6 +172,17 @@ _EXP_VECTOR_F32X16 = dict(
     head="#if defined(__AVX512F__)\n#include <immintrin.h>\n#endif\n",
     body=f"#if defined(__AVX512F__)\n{_EXP_VECTOR_AVX512}#else\n{_EXP_VECTOR_PORTABLE}#endif\n")
 
+# sqrt of a whole GNU vector: libm's sqrt lane by lane, which gcc turns into one vsqrtps
+# (sqrtps, fsqrt) of the vector (-fno-math-errno: no errno to set), so the square root
+# stays correctly rounded, as the scalar code's is. rsqrt is 1 / this, not an estimate
+# instruction (vrsqrt14ps is 14 bits), so vector and scalar code give the same numbers.
+_SQRT_VECTOR = """\
+{q} {v} tdsl_sqrt_{vd}({v} x) {{
+    {v} r;
+    for (int i = 0; i < {lanes}; ++i) r[i] = sqrt{s}(x[i]);
+    return r;
+}}"""
+
 _ERF_F32 = """\
 {q} float tdsl_erf_f32(float x) {{
     float c = x < -4.0f ? -4.0f : x;
@@ -311,6 +322,13 @@ class Helpers:
             return "exp"
         self._add("exp_f32", _EXP_F32, dtype)
         return "tdsl_exp_f32"
+
+    def sqrt_vector(self, dtype: str) -> str:
+        """The square root of a GNU vector of floats (``"f32x16"``, ``"f64x8"``)."""
+        scalar, lanes = dtype.split("x")
+        v = self.vector(scalar, int(lanes))
+        self._add(f"sqrt_{dtype}", _SQRT_VECTOR, scalar, v=v, vd=dtype, lanes=lanes)
+        return f"tdsl_sqrt_{dtype}"
 
     def erf(self, dtype: str) -> str:
         if self.native_math is not None:

@@ -144,7 +144,8 @@ def simd_expressible(e: te.Expr, has_vector_type) -> bool:
 
     The set is what GNU vector types do natively and what a register tile needs: contiguous
     loads, broadcasts, ``+ - *`` (and ``/`` on floats), negation, float ``min``/``max``
-    (a compare-and-blend helper), f32 ``exp`` (a vector helper), selects with one condition
+    (a compare-and-blend helper), f32 ``exp`` and float ``sqrt``/``rsqrt`` (vector helpers),
+    selects with one condition
     for all lanes (a C conditional between two vectors), and vector variables.
     ``has_vector_type(dtype)`` says whether the language spells that vector type.
     """
@@ -170,6 +171,8 @@ def simd_expressible(e: te.Expr, has_vector_type) -> bool:
             return simd_expressible(a, has_vector_type) and \
                 simd_expressible(b, has_vector_type)
         case te.Intrinsic("exp", (a,)) if scalar == "f32":
+            return simd_expressible(a, has_vector_type)
+        case te.Intrinsic("sqrt" | "rsqrt", (a,)) if scalar in ("f32", "f64"):
             return simd_expressible(a, has_vector_type)
         case te.Select(cond, t, f) if lanes_of(cond) == 1:
             return simd_expressible(t, has_vector_type) and \

@@ -110,6 +110,9 @@ class _Vectorizer:
             case te.Intrinsic("exp", (a,), "f32"):     # the C backends' vector exp helper
                 return te.Intrinsic("exp", (self.widen(self.expr(a)),),
                                     vector_dtype("f32", self.lanes))
+            case te.Intrinsic("sqrt" | "rsqrt" as name, (a,), dt) if dt in ("f32", "f64"):
+                return te.Intrinsic(name, (self.widen(self.expr(a)),),      # and sqrt's
+                                    vector_dtype(dt, self.lanes))
             case te.Select(cond, t, f, dt) if not self.uses(cond):
                 # one choice for every lane (the cond is invariant): a branch between two
                 # vectors; once an unrolled loop makes the cond a constant, the simplifier
