@@ -1,8 +1,10 @@
 """Small ONNX models built with onnx's helper API, shaped like the model zoo's classics
 (the zoo's files can't be downloaded where these tests run): a ResNet basic block stack at
-opset 17, a SqueezeNet/AlexNet/Inception-style net at opset 7-9 (weights among the graph
-inputs, LRN, Dropout, Concat, Sum, ConstantOfShape, Reshape with a computed shape), a
-MobileNet block with Clip, a classifier head with Gemm, Softmax and Transpose."""
+opset 17, a SqueezeNet-style net at opset 7-9 (weights among the graph inputs, LRN, Dropout,
+Concat, Sum, ConstantOfShape, Reshape with a computed shape), DenseNet-, Inception- and
+AlexNet-style nets at opset 7-9 (pre-activation batch norms, four-way concats, asymmetric
+pool padding, 5x5 and 11x11/4 convolutions, a Gemm classifier), a MobileNet block with
+Clip, a classifier head with Gemm, Softmax and Transpose."""
 from __future__ import annotations
 
 import numpy as np
@@ -204,3 +206,117 @@ def resnet50(opset=17):
                 helper.make_node("Flatten", ["gap"], ["flat"]),
                 helper.make_node("Gemm", ["flat", "fc_w", "fc_b"], ["y"], transB=1)]
     return _model(b.nodes, [("x", [1, 3, 224, 224])], ["y"], b.inits, opset)
+
+
+def _bn_node(prefix, x, y):
+    return helper.make_node("BatchNormalization", [x] + [f"{prefix}_{k}" for k in "sbmv"], [y],
+                            epsilon=1e-5)
+
+
+def densenet_like(opset=9, growth=4, layers=2):
+    """DenseNet-121's idioms: a 7x7/2 stem and a padded 3x3/2 max pool, then dense layers of
+    pre-activation BN-ReLU-Conv (1x1, then 3x3) whose output is concatenated to their input,
+    a transition (BN-ReLU-Conv 1x1, 2x2 average pool) and BN-ReLU-GlobalAveragePool, Reshape,
+    Gemm, Softmax. The batch norms after a concat or a pool fold into no convolution: they
+    run as ops of their own, fused into their neighbours."""
+    nodes, inits = [], [_w("c0_w", 8, 3, 7, 7)] + _bn("bn0", 8)
+    nodes += [helper.make_node("Conv", ["x", "c0_w"], ["c0"], strides=[2, 2], pads=[3, 3, 3, 3],
+                               kernel_shape=[7, 7]),
+              _bn_node("bn0", "c0", "n0"), helper.make_node("Relu", ["n0"], ["r0"]),
+              helper.make_node("MaxPool", ["r0"], ["p0"], kernel_shape=[3, 3], strides=[2, 2],
+                               pads=[1, 1, 1, 1])]
+    h, c = "p0", 8
+    for i in range(layers):
+        p = f"d{i}"
+        inits += _bn(f"{p}a", c) + [_w(f"{p}_w1", 4 * growth, c, 1, 1)] + \
+            _bn(f"{p}b", 4 * growth) + [_w(f"{p}_w3", growth, 4 * growth, 3, 3)]
+        nodes += [_bn_node(f"{p}a", h, f"{p}_n1"),
+                  helper.make_node("Relu", [f"{p}_n1"], [f"{p}_r1"]),
+                  helper.make_node("Conv", [f"{p}_r1", f"{p}_w1"], [f"{p}_c1"],
+                                   kernel_shape=[1, 1]),
+                  _bn_node(f"{p}b", f"{p}_c1", f"{p}_n2"),
+                  helper.make_node("Relu", [f"{p}_n2"], [f"{p}_r2"]),
+                  helper.make_node("Conv", [f"{p}_r2", f"{p}_w3"], [f"{p}_c3"],
+                                   kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+                  helper.make_node("Concat", [h, f"{p}_c3"], [f"{p}_out"], axis=1)]
+        h, c = f"{p}_out", c + growth
+    inits += _bn("tr", c) + [_w("tr_w", c // 2, c, 1, 1)] + _bn("fin", c // 2)
+    nodes += [_bn_node("tr", h, "tr_n"), helper.make_node("Relu", ["tr_n"], ["tr_r"]),
+              helper.make_node("Conv", ["tr_r", "tr_w"], ["tr_c"], kernel_shape=[1, 1]),
+              helper.make_node("AveragePool", ["tr_c"], ["tr_p"], kernel_shape=[2, 2],
+                               strides=[2, 2]),
+              _bn_node("fin", "tr_p", "fin_n"), helper.make_node("Relu", ["fin_n"], ["fin_r"]),
+              helper.make_node("GlobalAveragePool", ["fin_r"], ["gap"])]
+    inits += [numpy_helper.from_array(np.array([1, c // 2], np.int64), "shp"),
+              _w("fc_w", 10, c // 2), _w("fc_b", 10)]
+    nodes += [helper.make_node("Reshape", ["gap", "shp"], ["flat"]),
+              helper.make_node("Gemm", ["flat", "fc_w", "fc_b"], ["logits"], transB=1),
+              helper.make_node("Softmax", ["logits"], ["y"], axis=1)]
+    return _model(nodes, [("x", [1, 3, 32, 32])], ["y"], inits, opset, weights_as_inputs=True)
+
+
+def inception_like(opset=7):
+    """GoogLeNet's idioms: a max pool padded on one side only (pads [0, 0, 1, 1], as the
+    zoo's inception_v1 has it), LRN, an inception module (1x1; 1x1 then 3x3; 1x1 then 5x5;
+    a 3x3/1 max pool then 1x1) concatenated four ways, a whole-map average pool, Dropout,
+    Reshape, Gemm without transB, Softmax."""
+    nodes, inits = [], [_w("c1_w", 8, 3, 3, 3), _w("c1_b", 8)]
+    nodes += [helper.make_node("Conv", ["x", "c1_w", "c1_b"], ["c1"], strides=[2, 2],
+                               pads=[1, 1, 1, 1], kernel_shape=[3, 3]),
+              helper.make_node("Relu", ["c1"], ["r1"]),
+              helper.make_node("MaxPool", ["r1"], ["p1"], kernel_shape=[3, 3], strides=[2, 2],
+                               pads=[0, 0, 1, 1]),
+              helper.make_node("LRN", ["p1"], ["l1"], size=5, alpha=1e-4, beta=0.75, bias=1.0)]
+    branches = {"b1": (4, 8, 1), "b2a": (4, 8, 1), "b2": (6, 4, 3), "b3a": (2, 8, 1),
+                "b3": (3, 2, 5), "b4": (3, 8, 1)}
+    for name, (f, c, k) in branches.items():
+        inits += [_w(f"{name}_w", f, c, k, k), _w(f"{name}_b", f)]
+
+    def conv(x, name, k):
+        return helper.make_node("Conv", [x, f"{name}_w", f"{name}_b"], [name],
+                                kernel_shape=[k, k], pads=[k // 2] * 4)
+    nodes += [conv("l1", "b1", 1),
+              conv("l1", "b2a", 1), helper.make_node("Relu", ["b2a"], ["b2ar"]),
+              conv("b2ar", "b2", 3),
+              conv("l1", "b3a", 1), helper.make_node("Relu", ["b3a"], ["b3ar"]),
+              conv("b3ar", "b3", 5),
+              helper.make_node("MaxPool", ["l1"], ["b4p"], kernel_shape=[3, 3], strides=[1, 1],
+                               pads=[1, 1, 1, 1]),
+              conv("b4p", "b4", 1),
+              helper.make_node("Concat", ["b1", "b2", "b3", "b4"], ["inc"], axis=1),
+              helper.make_node("Relu", ["inc"], ["incr"]),
+              helper.make_node("AveragePool", ["incr"], ["ap"], kernel_shape=[8, 8]),
+              helper.make_node("Dropout", ["ap"], ["dr"])]
+    inits += [numpy_helper.from_array(np.array([1, -1], np.int64), "shp"),
+              _w("fc_w", 16, 10), _w("fc_b", 10)]
+    nodes += [helper.make_node("Reshape", ["dr", "shp"], ["flat"]),
+              helper.make_node("Gemm", ["flat", "fc_w", "fc_b"], ["logits"]),
+              helper.make_node("Softmax", ["logits"], ["y"])]
+    return _model(nodes, [("x", [1, 3, 32, 32])], ["y"], inits, opset, weights_as_inputs=True)
+
+
+def alexnet_like(opset=9):
+    """AlexNet's idioms: an 11x11/4 convolution, LRN, unpadded 3x3/2 max pools, a 5x5
+    convolution, Flatten, then Gemm (transB) - Relu - Dropout - Gemm, Softmax."""
+    inits = [_w("c1_w", 8, 3, 11, 11), _w("c1_b", 8), _w("c2_w", 12, 8, 5, 5), _w("c2_b", 12),
+             _w("c3_w", 12, 12, 3, 3), _w("c3_b", 12),
+             _w("f1_w", 32, 12 * 3 * 3), _w("f1_b", 32), _w("f2_w", 10, 32), _w("f2_b", 10)]
+    nodes = [helper.make_node("Conv", ["x", "c1_w", "c1_b"], ["c1"], strides=[4, 4],
+                              pads=[2, 2, 2, 2], kernel_shape=[11, 11]),
+             helper.make_node("Relu", ["c1"], ["r1"]),
+             helper.make_node("LRN", ["r1"], ["l1"], size=5, alpha=1e-4, beta=0.75, bias=1.0),
+             helper.make_node("MaxPool", ["l1"], ["p1"], kernel_shape=[3, 3], strides=[2, 2]),
+             helper.make_node("Conv", ["p1", "c2_w", "c2_b"], ["c2"], pads=[2, 2, 2, 2],
+                              kernel_shape=[5, 5]),
+             helper.make_node("Relu", ["c2"], ["r2"]),
+             helper.make_node("Conv", ["r2", "c3_w", "c3_b"], ["c3"], pads=[1, 1, 1, 1],
+                              kernel_shape=[3, 3]),
+             helper.make_node("Relu", ["c3"], ["r3"]),
+             helper.make_node("MaxPool", ["r3"], ["p3"], kernel_shape=[3, 3], strides=[2, 2]),
+             helper.make_node("Flatten", ["p3"], ["flat"]),
+             helper.make_node("Gemm", ["flat", "f1_w", "f1_b"], ["f1"], transB=1),
+             helper.make_node("Relu", ["f1"], ["f1r"]),
+             helper.make_node("Dropout", ["f1r"], ["f1d"]),
+             helper.make_node("Gemm", ["f1d", "f2_w", "f2_b"], ["f2"], transB=1),
+             helper.make_node("Softmax", ["f2"], ["y"], axis=1)]
+    return _model(nodes, [("x", [1, 3, 63, 63])], ["y"], inits, opset, weights_as_inputs=True)

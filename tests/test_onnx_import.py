@@ -48,7 +48,11 @@ def input_for(model):
     lambda: onnx_models.squeezenet_like(opset=7),
     lambda: onnx_models.squeezenet_like(opset=9),
     lambda: onnx_models.mobilenet_like(opset=17),
-], ids=["resnet-17", "resnet-9", "squeezenet-7", "squeezenet-9", "mobilenet-17"])
+    lambda: onnx_models.densenet_like(opset=9),
+    lambda: onnx_models.inception_like(opset=7),
+    lambda: onnx_models.alexnet_like(opset=9),
+], ids=["resnet-17", "resnet-9", "squeezenet-7", "squeezenet-9", "mobilenet-17", "densenet-9",
+        "inception-7", "alexnet-9"])
 def test_zoo_like_models_import_and_match(make):
     model = make()
     text, params = convert_model(model, "net")
