@@ -149,6 +149,11 @@ def batch_norm(x, gamma, beta, mean, var, eps=1e-5):
     return _out((x - c(mean)) / np.sqrt(c(var) + float(F32(eps))) * c(gamma) + c(beta))
 
 
+def scale_shift(x, scale, shift):
+    x, scale, shift = _f64(x, scale, shift)
+    return _out(x * scale.reshape(1, -1, 1, 1) + shift.reshape(1, -1, 1, 1))
+
+
 # ------------------------------------------------------------------------------ conv / pools
 
 def _out_size(size: int, k: int, stride: int, padding: int, dilation: int = 1) -> int:
@@ -304,6 +309,11 @@ def batch_norm_nchwc(x, gamma, beta, mean, var, eps=1e-5):
     ci = np.shape(x)[4]
     flat = [np.asarray(v).reshape(-1) for v in (gamma, beta, mean, var)]
     return to_nchwc(batch_norm(from_nchwc(x), *flat, eps), ci)
+
+
+def scale_shift_nchwc(x, scale, shift):
+    x, scale, shift = _f64(x, scale, shift)
+    return _out(x * scale[None, :, None, None, :] + shift[None, :, None, None, :])
 
 
 def max_pool2d_nchwc(x, kernel, stride=None, padding=0):

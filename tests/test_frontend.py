@@ -731,6 +731,7 @@ STD_OPS = {
     "global_avg_pool2d": (["X"], []), "softmax": (["X"], []), "log_softmax": (["X"], []),
     "layer_norm": (["X", "gamma", "beta"], ["eps"]),
     "batch_norm": (["X", "gamma", "beta", "mean", "var"], ["eps"]),
+    "scale_shift": (["X", "scale", "shift"], []),
     "transpose": (["X"], []), "reduce_sum": (["X"], []), "reduce_max": (["X"], []),
     "reduce_mean": (["X"], []), "pad2d": (["X"], ["padding"]), "flatten": (["X"], []),
     "concat": (["X", "Y"], []),
@@ -759,6 +760,7 @@ BLOCKED_OPS = {
     "pack_depthwise_weights": (["W"], ["block"]),
     "bias_add_nchwc": (["X", "B"], []),
     "batch_norm_nchwc": (["X", "gamma", "beta", "mean", "var"], ["eps"]),
+    "scale_shift_nchwc": (["X", "scale", "shift"], []),
     "max_pool2d_nchwc": (["X"], ["kernel", "stride", "padding"]),
     "global_avg_pool2d_nchwc": (["X"], []),
     "pack_dense_weights": (["W"], ["block"]), "dense_packed": (["X", "Wp", "b"], []),
@@ -768,7 +770,7 @@ BLOCKED_OPS = {
 
 
 def test_stdlib_has_exactly_the_required_ops():
-    assert len(STD_OPS) == 31 and len(QUANT_OPS) == 8 and len(BLOCKED_OPS) == 16
+    assert len(STD_OPS) == 32 and len(QUANT_OPS) == 8 and len(BLOCKED_OPS) == 17
     assert sorted(tdsl.stdlib) == sorted({**STD_OPS, **QUANT_OPS, **BLOCKED_OPS})
     assert tdsl.load("std") is tdsl.stdlib
 

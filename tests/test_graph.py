@@ -197,6 +197,34 @@ def test_batch_norm_folds_into_the_conv_and_weight_only_ops_are_computed_once():
                                g.reference(x, params=p), **TOL)
 
 
+@needs_gcc
+def test_a_batch_norm_with_nothing_to_fold_into_is_a_scale_shift():
+    """After a pool (or a concat, a relu) batch_norm folds into no convolution; its scale
+    gamma / sqrt(var + eps) and shift beta - mean * scale are computed at build time, and
+    the kernel does one multiply-add per element (TVM's SimplifyInference)."""
+    g = tdsl.loads("""
+        import std
+        graph g(x: f32[2, 5, 6, 6]) -> y: f32[2, 5, 3, 3] {
+            param gamma: f32[5]
+            param beta: f32[5]
+            param mean: f32[5]
+            param var: f32[5]
+            p = max_pool2d(x; kernel=2)
+            y = batch_norm(p, gamma, beta, mean, var; eps=0.01)
+        }""")["g"]
+    p = g.random_params(seed=3)
+    c = CompiledGraph(g, p, {}, True, True)
+    assert [n.op for n in c.ir.nodes] == ["max_pool2d", "scale_shift"]
+    assert set(c.weights) == {"y_scale", "y_shift"}
+    np.testing.assert_allclose(c.weights["y_scale"], p["gamma"] / np.sqrt(p["var"] + 0.01),
+                               rtol=1e-6)
+    x = rand((2, 5, 6, 6))
+    for fold in (True, False):
+        m = g.build(params=p, fold=fold, layout=False)
+        np.testing.assert_allclose(m(x), g.reference(x, params=p), **TOL)
+        assert any("sqrt" in k.source for k in m.compiled(x).kernels) == (not fold)
+
+
 # ---------------------------------------------------------------------------- weights
 
 def test_missing_extra_and_misshaped_weights_are_named(tmp_path):

@@ -174,24 +174,30 @@ graph g(x: f32[1, 16, 12, 12]) -> y: f32[1, 16, 12, 12] {
 @needs_gcc
 @pytest.mark.parametrize("fold", [True, False])
 def test_a_batch_norm_that_is_not_folded_stays_blocked(fold):
-    """A batch_norm after a relu cannot fold into the convolution's weights (nor any without
-    folding): it runs blocked, its statistics packed like a bias, not between a from_nchwc
-    and a to_nchwc (fused into a pool after it, that round trip ran scalar, 5x slower)."""
+    """A batch_norm after a relu cannot fold into the convolution's weights: with folding it
+    is a scale_shift (its scale and shift computed at build time), without it stays a
+    batch_norm; either runs blocked, its vectors packed like a bias, not between a
+    from_nchwc and a to_nchwc (fused into a pool after it, that round trip ran scalar, 5x
+    slower)."""
     g = tdsl.loads(BN_AFTER_RELU)["g"]
     p = g.random_params()
     p["va"] = np.abs(p["va"]) + 0.1
     c = CompiledGraph(g, p, {}, True, fold, "c", True)
     ops = [n.op for n in c.ir.nodes]
-    assert "batch_norm_nchwc" in ops and "batch_norm" not in ops
+    blocked = "scale_shift_nchwc" if fold else "batch_norm_nchwc"
+    assert blocked in ops and not {"batch_norm", "scale_shift"} & set(ops)
     assert ops.count("to_nchwc") == ops.count("from_nchwc") == 1      # at the edges only
     x = rand((1, 16, 12, 12))
     m = g.build(params=p, fold=fold, layout=True)
     np.testing.assert_allclose(m(x), g.reference(x, params=p), **TOL)
-    # its rsqrt is whole-vector code, alone or in a convolution's epilogue: a lane loop
-    # there made the fused small CNN (fold=False) 1.2x slower than one kernel per op
-    bn = [k for f, k in zip(m.compiled(x).functions, m.compiled(x).kernels)
-          if "batch_norm_nchwc" in f.fn.name]
-    assert bn and all("tdsl_sqrt_f32x" in k.source for k in bn)
+    # folded, no square root is left in the kernel; unfolded, its rsqrt is whole-vector
+    # code, alone or in a convolution's epilogue: a lane loop there made the fused small CNN
+    # (fold=False) 1.2x slower than one kernel per op
+    kernels = [k for f, k in zip(m.compiled(x).functions, m.compiled(x).kernels)
+               if blocked in f.fn.name]
+    assert kernels and all(("sqrt" in k.source) == (not fold) for k in kernels)
+    if not fold:
+        assert all("tdsl_sqrt_f32x" in k.source for k in kernels)
     small = load("small_cnn")
     c = CompiledGraph(small, small.random_params(), {"B": 1}, True, False, "c", True)
     kernels = [tuple(c.ir.nodes[i].op for i in grp.nodes) for grp in c.groups]

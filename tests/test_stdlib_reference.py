@@ -68,11 +68,11 @@ def given_attrs(**maybe):
 TESTED = {
     "add", "sub", "mul", "div", "relu", "sigmoid", "tanh", "exp", "gelu", "leaky_relu",
     "clip", "bias_add", "matmul", "batch_matmul", "dense", "softmax", "log_softmax",
-    "layer_norm", "batch_norm", "conv2d", "depthwise_conv2d", "max_pool2d", "avg_pool2d",
+    "layer_norm", "batch_norm", "scale_shift", "conv2d", "depthwise_conv2d", "max_pool2d", "avg_pool2d",
     "global_avg_pool2d", "transpose", "reduce_sum", "reduce_max", "reduce_mean", "pad2d",
     "flatten", "concat", "to_nchwc", "from_nchwc", "pack_conv_weights", "pack_channels",
     "pack_depthwise_weights", "conv2d_nchwc", "conv2d_nchwc_valid", "depthwise_conv2d_nchwc",
-    "bias_add_nchwc", "batch_norm_nchwc", "max_pool2d_nchwc", "global_avg_pool2d_nchwc",
+    "bias_add_nchwc", "batch_norm_nchwc", "scale_shift_nchwc", "max_pool2d_nchwc", "global_avg_pool2d_nchwc",
     "pack_dense_weights", "dense_packed", "winograd_weights", "conv2d_winograd_nchwc",
 }
 
@@ -284,6 +284,7 @@ def test_batch_norm(n, c, h, w, seed, eps):
     gamma, beta, mean = rand(rng, (c,)), rand(rng, (c,)), rand(rng, (c,))
     var = rand(rng, (c,), 0.05, 3.0)
     both("batch_norm", x, gamma, beta, mean, var, **given_attrs(eps=eps))
+    both("scale_shift", x, gamma, beta)
 
 
 # ------------------------------------------------------------------------------ conv/pool
@@ -451,6 +452,7 @@ def test_blocked_pools_and_bias(case, ci, seed):
     both("bias_add_nchwc", x, rand(rng, (c, ci)))
     stats = [rand(rng, (c, ci)) for _ in range(3)] + [rand(rng, (c, ci), 0.05, 3.0)]
     both("batch_norm_nchwc", x, *stats)
+    both("scale_shift_nchwc", x, *stats[:2])
 
 
 @HYP

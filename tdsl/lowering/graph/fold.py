@@ -1,6 +1,6 @@
 """Constant folding: what depends only on weights is computed once, at build time.
 
-Two rewrites, in order:
+Three rewrites, in order:
 
 1. A node whose inputs are all weights (or folded values) is evaluated with the ops'
    reference (numpy); its results become weights.
@@ -9,6 +9,9 @@ Two rewrites, in order:
    ``W' = W * s`` (per output channel) and ``b' = beta + (b - mean) * s``, and the graph
    computes ``bias_add(conv(x, W'), b')``. Only the standard library's ops are rewritten,
    since only their meaning is known here.
+3. Any other ``batch_norm`` whose statistics are weights (after a concat, a pool, a relu)
+   becomes ``scale_shift(x, s, beta - mean * s)``: a multiply-add per element, where the
+   square root and the division ran on every element (TVM's SimplifyInference).
 
 Weights nobody reads any more are dropped.
 """
@@ -33,6 +36,7 @@ def run(graph: Graph, params: dict[str, np.ndarray], std: Callable[[str], object
     params, notes = dict(params), []
     graph = _fold_constants(graph, params, graph_sizes, notes)
     graph = _fold_batch_norms(graph, params, std, notes)
+    graph = _simplify_batch_norms(graph, params, std, notes)
     used = {i for n in graph.nodes for i in n.inputs} | set(graph.outputs)
     keep = tuple(p for p in graph.params if p in used)
     graph = dataclasses.replace(
@@ -76,10 +80,41 @@ def _find_conv_bn(graph: Graph, params, std):
     return None
 
 
-def _rewrite_conv_bn(graph: Graph, params, std, conv: Node, bias: Node | None, bn: Node):
+def _bn_scale(params, bn: Node):
+    """A batch_norm's ``(scale, beta, mean)`` in float64: ``scale = gamma / sqrt(var + eps)``."""
     gamma, beta, mean, var = (params[p].astype(np.float64) for p in bn.inputs[1:])
-    eps = dict(bn.attrs).get("eps", 1e-5)
-    scale = gamma / np.sqrt(var + eps)
+    return gamma / np.sqrt(var + dict(bn.attrs).get("eps", 1e-5)), beta, mean
+
+
+def _simplify_batch_norms(graph: Graph, params, std, notes) -> Graph:
+    nodes, new_values = [], []
+    names = {k for k, _ in graph.values}
+    values = graph.value_map()
+    for n in graph.nodes:
+        if not _is_std(n, std, "batch_norm") or not all(p in params for p in n.inputs[1:]):
+            nodes.append(n)
+            continue
+        scale, beta, mean = _bn_scale(params, n)
+        out, dtype = n.outputs[0], params[n.inputs[1]].dtype
+        s_name, t_name = _fresh(f"{out}_scale", names), _fresh(f"{out}_shift", names)
+        params[s_name] = scale.astype(dtype)
+        params[t_name] = (beta - mean * scale).astype(dtype)
+        stat = values[n.inputs[1]]
+        new_values += [(s_name, dataclasses.replace(stat, name=s_name)),
+                       (t_name, dataclasses.replace(stat, name=t_name))]
+        nodes.append(_make_node(std("scale_shift"), "scale_shift",
+                                (n.inputs[0], s_name, t_name), n.outputs,
+                                [values[n.inputs[0]], stat, stat], n.span))
+        notes.append(f"batch_norm {out} -> scale_shift, its scale and shift computed now")
+    if not new_values:
+        return graph
+    return dataclasses.replace(graph, nodes=tuple(nodes),
+                               values=graph.values + tuple(new_values),
+                               params=graph.params + tuple(k for k, _ in new_values))
+
+
+def _rewrite_conv_bn(graph: Graph, params, std, conv: Node, bias: Node | None, bn: Node):
+    scale, beta, mean = _bn_scale(params, bn)
     w = params[conv.inputs[1]]
     b0 = params[bias.inputs[1]].astype(np.float64) if bias is not None else 0.0
     names = {k for k, _ in graph.values}

@@ -16,9 +16,10 @@ program order:
   weight-only node that constant folding computes at build time;
 - a standard ``depthwise_conv2d`` whose channels are a multiple of ``lanes`` to
   ``depthwise_conv2d_nchwc`` (weights through ``pack_depthwise_weights``, folded too);
-- ops on a blocked value that have a blocked form: ``bias_add`` and ``batch_norm`` (bias
-  and statistics through ``pack_channels``), elementwise ops (any op whose every input is
-  read at the output's own indices, re-instantiated at rank 5: relu, add, clip ...),
+- ops on a blocked value that have a blocked form: ``bias_add``, ``batch_norm`` and
+  ``scale_shift`` (their per-channel vectors through ``pack_channels``), elementwise ops
+  (any op whose every input is read at the output's own indices, re-instantiated at rank
+  5: relu, add, clip ...),
   ``max_pool2d`` and ``global_avg_pool2d`` (whose result is a plain ``[N, C]``);
 - a standard ``dense`` whose weights are a parameter to ``dense_packed``, the weights through
   ``pack_dense_weights`` (panels of 2 x lanes output features, its schedule's tile width),
@@ -107,16 +108,13 @@ class _Rewriter:
         if not blocked_in or len(node.outputs) != 1:
             return False
         x = node.inputs[0]
-        if self._is_std(node, "bias_add") and x in self.blocked:
-            b = self._weight_node("pack_channels", node.inputs[1], {"block": self._block(x)},
-                                  "_blocked")
-            self._emit("bias_add_nchwc", (self.blocked[x], b), node, blocked=True)
-            return True
-        if self._is_std(node, "batch_norm") and x in self.blocked:
-            stats = tuple(self._weight_node("pack_channels", v, {"block": self._block(x)},
-                                            "_blocked") for v in node.inputs[1:])
-            self._emit("batch_norm_nchwc", (self.blocked[x], *stats), node, dict(node.attrs),
-                       blocked=True)
+        per_channel = {"bias_add": "bias_add_nchwc", "batch_norm": "batch_norm_nchwc",
+                       "scale_shift": "scale_shift_nchwc"}
+        if node.op in per_channel and self._is_std(node, node.op) and x in self.blocked:
+            vectors = tuple(self._weight_node("pack_channels", v, {"block": self._block(x)},
+                                              "_blocked") for v in node.inputs[1:])
+            self._emit(per_channel[node.op], (self.blocked[x], *vectors), node,
+                       dict(node.attrs), blocked=True)
             return True
         if self._is_std(node, "max_pool2d") and x in self.blocked:
             self._emit("max_pool2d_nchwc", (self.blocked[x],), node, dict(node.attrs),
