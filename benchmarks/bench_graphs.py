@@ -91,7 +91,7 @@ def cases(args):
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--resnet50", action="store_true")
-    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--rounds", type=int, default=10)
     p.add_argument("--threads", type=int, help="threads for tdsl (OpenMP) and onnxruntime "
                    "alike (default: theirs); 1 gives steadier figures on a loaded machine")
     args = p.parse_args(argv)
