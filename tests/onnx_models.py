@@ -25,6 +25,12 @@ def _bn(prefix, c):
             numpy_helper.from_array(RNG.uniform(0.5, 1.5, c).astype(np.float32), f"{prefix}_v")]
 
 
+def _bn_node(prefix, x, y, **attrs):
+    """BatchNormalization of ``x`` with the statistics `_bn(prefix, ...)` made."""
+    return helper.make_node("BatchNormalization", [x] + [f"{prefix}_{k}" for k in "sbmv"], [y],
+                            **attrs)
+
+
 def _model(nodes, inputs, outputs, inits, opset, weights_as_inputs=False):
     vin = [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in inputs]
     if weights_as_inputs:
@@ -41,8 +47,7 @@ def resnet_stack(c=16, hw=14, blocks=2, opset=17):
     nodes, inits = [], []
     inits += [_w("stem_w", c, 3, 3, 3)] + _bn("stem_bn", c)
     nodes += [helper.make_node("Conv", ["x", "stem_w"], ["s0"], pads=[1, 1, 1, 1]),
-              helper.make_node("BatchNormalization", ["s0", *[f"stem_bn_{k}" for k in "sbmv"]],
-                               ["s1"]),
+              _bn_node("stem_bn", "s0", "s1"),
               helper.make_node("Relu", ["s1"], ["h0"])]
     h = "h0"
     for b in range(blocks):
@@ -52,12 +57,10 @@ def resnet_stack(c=16, hw=14, blocks=2, opset=17):
         nodes += [
             helper.make_node("Conv", [h, f"{p}_w1"], [f"{p}_c1"], pads=[1, 1, 1, 1],
                              kernel_shape=[3, 3]),
-            helper.make_node("BatchNormalization", [f"{p}_c1", *[f"{p}_bn1_{k}" for k in "sbmv"]],
-                             [f"{p}_n1"], epsilon=1e-5),
+            _bn_node(f"{p}_bn1", f"{p}_c1", f"{p}_n1", epsilon=1e-5),
             helper.make_node("Relu", [f"{p}_n1"], [f"{p}_r1"]),
             helper.make_node("Conv", [f"{p}_r1", f"{p}_w2"], [f"{p}_c2"], pads=[1, 1, 1, 1]),
-            helper.make_node("BatchNormalization", [f"{p}_c2", *[f"{p}_bn2_{k}" for k in "sbmv"]],
-                             [f"{p}_n2"]),
+            _bn_node(f"{p}_bn2", f"{p}_c2", f"{p}_n2"),
             helper.make_node("Add", [f"{p}_n2", h], [f"{p}_sum"]),
             helper.make_node("Relu", [f"{p}_sum"], [f"{p}_out"])]
         h = f"{p}_out"
@@ -149,8 +152,7 @@ class _Builder:
         self.nodes += [
             helper.make_node("Conv", [x, f"{p}_w"], [f"{p}_c"], kernel_shape=[k, k],
                              strides=[stride, stride], pads=[k // 2] * 4),
-            helper.make_node("BatchNormalization", [f"{p}_c", *[f"{p}_bn_{q}" for q in "sbmv"]],
-                             [f"{p}_n"])]
+            _bn_node(f"{p}_bn", f"{p}_c", f"{p}_n")]
         if not relu:
             return f"{p}_n"
         self.nodes.append(helper.make_node("Relu", [f"{p}_n"], [f"{p}_r"]))
@@ -206,11 +208,6 @@ def resnet50(opset=17):
                 helper.make_node("Flatten", ["gap"], ["flat"]),
                 helper.make_node("Gemm", ["flat", "fc_w", "fc_b"], ["y"], transB=1)]
     return _model(b.nodes, [("x", [1, 3, 224, 224])], ["y"], b.inits, opset)
-
-
-def _bn_node(prefix, x, y):
-    return helper.make_node("BatchNormalization", [x] + [f"{prefix}_{k}" for k in "sbmv"], [y],
-                            epsilon=1e-5)
 
 
 def densenet_like(opset=9, growth=4, layers=2):

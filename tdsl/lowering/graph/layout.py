@@ -19,8 +19,8 @@ program order:
 - ops on a blocked value that have a blocked form: ``bias_add``, ``batch_norm`` and
   ``scale_shift`` (their per-channel vectors through ``pack_channels``), elementwise ops
   (any op whose every input is read at the output's own indices, re-instantiated at rank
-  5: relu, add, clip ...),
-  ``max_pool2d`` and ``global_avg_pool2d`` (whose result is a plain ``[N, C]``);
+  5: relu, add, clip ...), ``max_pool2d`` and ``global_avg_pool2d`` (whose result is a
+  plain ``[N, C]``);
 - a standard ``dense`` whose weights are a parameter to ``dense_packed``, the weights through
   ``pack_dense_weights`` (panels of 2 x lanes output features, its schedule's tile width),
   folded at build time: dense's own schedule packs them on every call;
@@ -51,6 +51,10 @@ from .patterns import Pattern, classify, reads_elementwise
 # read again for each row of tiles (4 MiB at 256 channels).
 WINOGRAD_MIN_SIZE = 8                   # output rows and columns
 WINOGRAD_MAX_WEIGHT_BYTES = 4 << 20     # the transformed weights, 16 * C * F floats
+
+# per-channel ops (an NCHW input and [C] vectors) and their blocked forms
+PER_CHANNEL = {"bias_add": "bias_add_nchwc", "batch_norm": "batch_norm_nchwc",
+               "scale_shift": "scale_shift_nchwc"}
 
 
 def run(graph: Graph, std: Callable[[str], object], graph_sizes: dict[str, int],
@@ -108,12 +112,10 @@ class _Rewriter:
         if not blocked_in or len(node.outputs) != 1:
             return False
         x = node.inputs[0]
-        per_channel = {"bias_add": "bias_add_nchwc", "batch_norm": "batch_norm_nchwc",
-                       "scale_shift": "scale_shift_nchwc"}
-        if node.op in per_channel and self._is_std(node, node.op) and x in self.blocked:
+        if node.op in PER_CHANNEL and self._is_std(node, node.op) and x in self.blocked:
             vectors = tuple(self._weight_node("pack_channels", v, {"block": self._block(x)},
                                               "_blocked") for v in node.inputs[1:])
-            self._emit(per_channel[node.op], (self.blocked[x], *vectors), node,
+            self._emit(PER_CHANNEL[node.op], (self.blocked[x], *vectors), node,
                        dict(node.attrs), blocked=True)
             return True
         if self._is_std(node, "max_pool2d") and x in self.blocked:
