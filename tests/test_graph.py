@@ -258,6 +258,27 @@ def test_bad_inputs_are_call_errors():
         g.reference(rand((2, 783)), params=p)
 
 
+def test_a_built_module_checks_every_call_after_a_good_one():
+    # the module's lean path for inputs like the last call's must not let others through
+    g = load("mlp")
+    p = g.random_params()
+    m = g.build(params=p)
+    x = rand((2, 784))
+    np.testing.assert_allclose(m(x), g.reference(x, params=p), rtol=1e-4, atol=1e-4)
+    with pytest.raises(tdsl.CallError, match="takes 1 input"):
+        m(x, x)
+    with pytest.raises(tdsl.CallError, match="is float64"):
+        m(x.astype(np.float64))
+    with pytest.raises(tdsl.CallError, match="must be a numpy.ndarray"):
+        m(x.tolist())
+    with pytest.raises(tdsl.TdslError, match="input 'x' has shape"):
+        m(rand((2, 783)))
+    x3 = rand((3, 784))                    # a new batch size: its own kernels, then both
+    np.testing.assert_allclose(m(x3), g.reference(x3, params=p), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(m(x[::-1]), g.reference(x[::-1], params=p), rtol=1e-4,
+                               atol=1e-4)
+
+
 # ---------------------------------------------------------------------------- memory plan
 
 def _overlap(a, b) -> bool:

@@ -8,6 +8,7 @@ Everything is immutable: a pass returns a new `Graph`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Mapping
 
 from ...errors import Span
@@ -54,11 +55,17 @@ class Graph:
     sizes: tuple[str, ...] = ()                 # the graph's size names
     span: Span | None = field(default=None, compare=False, repr=False)
 
+    @cached_property
+    def _by_name(self) -> Mapping[str, Value]:
+        # built once per (immutable) graph: a lookup per call of a compiled module was
+        # rebuilding the whole map, O(values) each time
+        return dict(self.values)
+
     def value(self, name: str) -> Value:
-        return dict(self.values)[name]
+        return self._by_name[name]
 
     def value_map(self) -> dict[str, Value]:
-        return dict(self.values)
+        return dict(self._by_name)
 
     def producers(self) -> dict[str, Node]:
         return {o: n for n in self.nodes for o in n.outputs}
