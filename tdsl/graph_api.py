@@ -316,7 +316,7 @@ class GraphModule:
                 isinstance(a, np.ndarray) and a.shape == s.shape and a.dtype == s.dtype
                 for a, s in zip(inputs, entry[1].values())):
             entry = self._last = self._for(check_inputs(self.graph.ir, inputs))
-        compiled, staging, runs, outputs = entry
+        _, staging, runs, outputs = entry
         for a, s in zip(inputs, staging.values()):
             np.copyto(s, a)
         for run in runs:

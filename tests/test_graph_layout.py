@@ -193,8 +193,8 @@ def test_a_batch_norm_that_is_not_folded_stays_blocked(fold):
     # folded, no square root is left in the kernel; unfolded, its rsqrt is whole-vector
     # code, alone or in a convolution's epilogue: a lane loop there made the fused small CNN
     # (fold=False) 1.2x slower than one kernel per op
-    kernels = [k for f, k in zip(m.compiled(x).functions, m.compiled(x).kernels)
-               if blocked in f.fn.name]
+    built = m.compiled(x)
+    kernels = [k for f, k in zip(built.functions, built.kernels) if blocked in f.fn.name]
     assert kernels and all(("sqrt" in k.source) == (not fold) for k in kernels)
     if not fold:
         assert all("tdsl_sqrt_f32x" in k.source for k in kernels)

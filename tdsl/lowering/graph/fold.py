@@ -88,22 +88,19 @@ def _bn_scale(params, bn: Node):
 
 def _simplify_batch_norms(graph: Graph, params, std, notes) -> Graph:
     nodes, new_values = [], []
-    names = {k for k, _ in graph.values}
     values = graph.value_map()
+    names = set(values)
     for n in graph.nodes:
         if not _is_std(n, std, "batch_norm") or not all(p in params for p in n.inputs[1:]):
             nodes.append(n)
             continue
         scale, beta, mean = _bn_scale(params, n)
-        out, dtype = n.outputs[0], params[n.inputs[1]].dtype
-        s_name, t_name = _fresh(f"{out}_scale", names), _fresh(f"{out}_shift", names)
-        params[s_name] = scale.astype(dtype)
-        params[t_name] = (beta - mean * scale).astype(dtype)
-        stat = values[n.inputs[1]]
-        new_values += [(s_name, dataclasses.replace(stat, name=s_name)),
-                       (t_name, dataclasses.replace(stat, name=t_name))]
+        out, dtype, stat = n.outputs[0], params[n.inputs[1]].dtype, values[n.inputs[1]]
+        s = _new_weight(params, names, f"{out}_scale", scale.astype(dtype), stat)
+        t = _new_weight(params, names, f"{out}_shift", (beta - mean * scale).astype(dtype), stat)
+        new_values += [(s.name, s), (t.name, t)]
         nodes.append(_make_node(std("scale_shift"), "scale_shift",
-                                (n.inputs[0], s_name, t_name), n.outputs,
+                                (n.inputs[0], s.name, t.name), n.outputs,
                                 [values[n.inputs[0]], stat, stat], n.span))
         notes.append(f"batch_norm {out} -> scale_shift, its scale and shift computed now")
     if not new_values:
@@ -117,12 +114,14 @@ def _rewrite_conv_bn(graph: Graph, params, std, conv: Node, bias: Node | None, b
     scale, beta, mean = _bn_scale(params, bn)
     w = params[conv.inputs[1]]
     b0 = params[bias.inputs[1]].astype(np.float64) if bias is not None else 0.0
-    names = {k for k, _ in graph.values}
-    out = bn.outputs[0]
-    w_name, b_name = _fresh(f"{out}_w", names), _fresh(f"{out}_b", names)
-    params[w_name] = (w * scale.reshape((-1,) + (1,) * (w.ndim - 1))).astype(w.dtype)
-    params[b_name] = (beta + (b0 - mean) * scale).astype(w.dtype)
     values = graph.value_map()
+    names, out = set(values), bn.outputs[0]
+    new_w = _new_weight(params, names, f"{out}_w",
+                        (w * scale.reshape((-1,) + (1,) * (w.ndim - 1))).astype(w.dtype),
+                        values[conv.inputs[1]])
+    new_b = _new_weight(params, names, f"{out}_b", (beta + (b0 - mean) * scale).astype(w.dtype),
+                        values[bn.inputs[1]])
+    w_name, b_name = new_w.name, new_b.name
     new_conv = dataclasses.replace(conv, inputs=(conv.inputs[0], w_name))
     add = _make_node(std("bias_add"), "bias_add", (conv.outputs[0], b_name), (out,),
                      [values[conv.outputs[0]], values[bn.inputs[1]]], bn.span)
@@ -136,8 +135,7 @@ def _rewrite_conv_bn(graph: Graph, params, std, conv: Node, bias: Node | None, b
         elif n is not bias:
             nodes.append(n)
     new_values = [(k, v) for k, v in graph.values if k not in dropped]
-    new_values += [(w_name, dataclasses.replace(values[conv.inputs[1]], name=w_name)),
-                   (b_name, dataclasses.replace(values[bn.inputs[1]], name=b_name))]
+    new_values += [(w_name, new_w), (b_name, new_b)]
     return dataclasses.replace(graph, nodes=tuple(nodes), values=tuple(new_values),
                                params=graph.params + (w_name, b_name))
 
@@ -175,6 +173,14 @@ def _fold_constants(graph: Graph, params, graph_sizes, notes) -> Graph:
         notes.append(f"{', '.join(n.outputs)} = {n.op}(...) computed at build time")
     return dataclasses.replace(graph, nodes=tuple(nodes), values=tuple(values.items()),
                                params=graph.params + tuple(sorted(folded)))
+
+
+def _new_weight(params, taken: set[str], hint: str, array: np.ndarray, like: Value) -> Value:
+    """A weight added to ``params``: named ``hint`` (made unique among ``taken``), its value
+    declared as ``like`` is (the same dtype and shape)."""
+    v = dataclasses.replace(like, name=_fresh(hint, taken))
+    params[v.name] = array
+    return v
 
 
 def _fresh(name: str, taken: set[str]) -> str:
