@@ -31,7 +31,7 @@ from .lowering.reference.semantics import evaluate
 from .lowering.schedule import Schedule
 from .per_rank import PerRankKernel
 from .target import Target, as_target
-from .tuner.log import Workload, best_record, content_digest, read_log, records_for
+from .tuner.log import Workload, content_digest, read_log, require_log, select_record
 
 # target kind -> the function that builds a lowered function into a callable kernel
 BACKENDS = {"c": build_kernel, "c-embedded": build_emulated, "cuda": build_cuda,
@@ -130,8 +130,9 @@ class Op:
         ``shapes`` fixes sizes at build time (``{"M": 64}``); sizes left out are read from
         the arguments at each call. ``schedule`` is a name, a `Schedule`, or None (see
         `schedule`); ``config`` fills its knobs (the defaults otherwise). ``tuning_log``
-        (a `tdsl tune` log) supplies the best configuration recorded for this workload on
-        this machine; without one, a warning says the defaults are used. ``target`` is a
+        (a `tdsl tune` log) supplies the best configuration recorded for this workload that
+        is legal for ``target`` (see `tuned_config`); without one, a warning says the
+        defaults are used. ``target`` is a
         `Target` or its string (``"c"``, ``"c -march=x86-64-v3"``); ``flags`` are added to
         its compiler flags.
         """
@@ -139,6 +140,8 @@ class Op:
         if target.kind not in BACKENDS:
             raise BuildError(f"target '{target}' has no backend yet",
                              hint=f"backends: {', '.join(BACKENDS)}")
+        if tuning_log is not None:
+            require_log(tuning_log)         # now, not at a rank-generic kernel's first call
         if ranks is None and _pack_of(self) and not _pack_rank(self, shapes) and \
                 not isinstance(schedule, Schedule):
             # rank-generic, no rank named: one kernel per argument ranks, on first call
@@ -153,26 +156,38 @@ class Op:
     def tuned_config(self, tuning_log, shapes: dict | None, target: Target | str = "c",
                      schedule=None, **attrs) -> dict | None:
         """The best configuration in ``tuning_log`` for this op at ``shapes`` (every size
-        given), these attributes, target and schedule name on this machine; None, with a
-        warning, when the log has none."""
+        given), these attributes and schedule name that is legal for ``target`` (its knobs
+        are the schedule's, its values among their choices, every ``require`` holds for
+        this target's lanes and registers), preferring records measured for this very
+        target (`tdsl.tuner.log.select_record`). Records measured for other targets, or
+        illegal here, are skipped with one warning that counts them; None, with a warning,
+        when no record applies. A log that does not exist is a `TuningLogError`."""
+        target = as_target(target)
         name = schedule if isinstance(schedule, str) else None
         workload = Workload.make(self.module.name, self.name, shapes or {}, attrs,
-                                 str(as_target(target)), name, self.content_digest())
-        records = read_log(tuning_log)
-        # a record made before a knob was renamed or dropped cannot configure this schedule
-        knobs = set(self._resolve_schedule(schedule, target, None, shapes, attrs)
-                    .default_config())
-        stale = [r for r in records if not set(r["config"]) <= knobs]
-        if records_for(stale, workload):
-            warnings.warn(f"{tuning_log}: skipped {len(records_for(stale, workload))} "
-                          f"record(s) of {workload} whose knobs are not this schedule's "
-                          f"({', '.join(sorted(knobs)) or 'none'})", stacklevel=3)
-        best = best_record([r for r in records if r not in stale], workload)
-        if best is None:
-            warnings.warn(f"{tuning_log} has no successful record for {workload} on this "
-                          f"machine: building with the schedule's default knobs", stacklevel=3)
+                                 str(target), name, self.content_digest())
+        records = read_log(require_log(tuning_log))
+        sched = self._resolve_schedule(schedule, target, None, shapes, attrs)
+        knobs = set(sched.default_config())
+
+        def check(config):
+            # a record made before a knob was renamed or dropped cannot configure this
+            # schedule; one measured elsewhere may break a `require` of this target
+            if not set(config) <= knobs:
+                return (f"whose knobs are not this schedule's "
+                        f"({', '.join(sorted(knobs)) or 'none'})", None)
+            try:
+                sched.knob_values(config)
+            except ScheduleError as e:
+                return (f"illegal for {target} with {target.lanes} lanes and "
+                        f"{target.registers} registers"), e.message
             return None
-        return best["config"]
+
+        chosen = select_record(records, workload, target.facts(), check)
+        message = chosen.warning(tuning_log, workload)
+        if message:
+            warnings.warn(message, stacklevel=3)
+        return None if chosen.record is None else chosen.record["config"]
 
     def _resolve_schedule(self, schedule, target, ranks, shapes, attrs) -> Schedule:
         if isinstance(schedule, Schedule):

@@ -23,6 +23,7 @@ from .emit_c.c import emit_c
 from .errors import ErrorList, TdslError
 from .frontend import ast
 from .target import as_target
+from .tuner.log import require_log
 
 
 def cmd_check(args) -> int:
@@ -193,6 +194,8 @@ def cmd_build(args) -> int:
     except OSError as e:
         raise TdslError(f"can't create the output directory {out}: {e.strerror}") from None
     shapes, attrs = parse_shapes(args.shape), parse_attrs(args.attr)
+    if args.tuning_log is not None:
+        require_log(args.tuning_log)        # a log that is not there is an error, not defaults
     if args.graph is not None:
         return _build_embedded_graph(mod, out, shapes, args)
     if as_target(args.target).kind == "c-embedded":
@@ -438,7 +441,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "for a c-embedded target: one .c/.h pair, weights static const)")
     b.add_argument("--params", metavar="W.npz", help="the graph's weights")
     b.add_argument("--tuning-log", metavar="PATH", help="apply the best configuration that "
-                   "this `tdsl tune` log holds for the op at --shape on this machine")
+                   "this `tdsl tune` log holds for the op at --shape and is legal for "
+                   "--target, preferring records measured for that target (others are "
+                   "skipped with a warning)")
     op_command("run", "build, run on random inputs, compare with the reference, time",
                cmd_run)
 

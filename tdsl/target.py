@@ -105,6 +105,17 @@ class Target(metaclass=_ParsedFromString):
                        shared_bytes=self.shared_bytes)
         return out
 
+    def facts(self) -> dict:
+        """What a tuning record says of the target it was measured for (JSON-ready): what a
+        schedule's knobs and ``require``s may read (`constants`), the architecture, the ISA
+        flags given to the compiler and the instruction-set extensions they enable, e.g.
+        ``{"kind": "c", "arch": "x86_64", "lanes": 8, "registers": 16, "l1": 32768, ...,
+        "march": ["-march=x86-64-v3"], "isa": ["avx", "avx2", "fma", ...]}``."""
+        return {"kind": self.kind, "arch": self.arch, **self.constants(),
+                "march": [f for f in self.flags if f.startswith(("-march=", "-mcpu=",
+                                                                  "-mtune="))],
+                "isa": sorted(m.strip("_").lower() for m in self.isa)}
+
     def unrunnable_reason(self) -> str | None:
         """Why kernels of this target cannot run on this machine, or None when they can."""
         if self.kind != "c":

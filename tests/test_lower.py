@@ -18,6 +18,7 @@ from tdsl.lowering.loop_ir import Allocate, For, ForKind, Ramp, walk_stmt
 from tdsl.lowering.lower import lower
 from tdsl.lowering.passes import apply_schedule
 from tdsl.lowering.schedule import Schedule, TensorIntrin
+from tdsl.target import Target
 
 V = te.Var
 
@@ -226,7 +227,7 @@ def test_default_schedule_vectorizes_and_parallelizes_matmul():
                for e in getattr(st_, "indices", ()))
     # i, k, j order: k is outside the vectorized j
     (k,) = [lp for lp in loops(func) if lp.var.name == "k"]
-    assert k.body.var.name == "j.o" and k.body.body.indices[0].lanes == 16
+    assert k.body.var.name == "j.o" and k.body.body.indices[0].lanes == Target().lanes
 
 
 def test_default_schedule_fuses_small_outer_loops():

@@ -59,7 +59,17 @@ def test_dense_hand_schedule_matches_reference(n, k, m, fixed):
     _check(tdsl.stdlib["dense"], (x, w, rng.standard_normal(m, dtype=np.float32)), fixed)
 
 
-@pytest.mark.parametrize("ti,tj", [(4, 16), (6, 64), (8, 48)])
+REGISTERS = tdsl.Target().registers
+
+
+def _widest_tj(ti: int) -> int:
+    """The widest column tile the host's registers hold beside ``ti`` rows (the template's
+    ``require ti * tj <= lanes * (registers - 2)``): 3 vectors at ti=4 on AVX2, 6 on AVX-512."""
+    return LANES * max(m for m in (1, 2, 3, 4, 5, 6, 8) if ti * m <= REGISTERS - 2)
+
+
+@pytest.mark.parametrize("ti,tj", [(4, LANES), (4, _widest_tj(4)), (6, _widest_tj(6)),
+                                   (8, _widest_tj(8))])
 def test_matmul_knobs(ti, tj):
     op = tdsl.stdlib["matmul"]
     a, b = _arrays("matmul", 1, 29, 11, 70)
@@ -120,8 +130,11 @@ def _conv_arrays(depthwise: bool, c=5, f=19, h=9, w=13, seed=2):
     return x, wt
 
 
+# the template requires nb * ty * tx <= registers - 2: the third takes as many blocks of
+# 7 columns as the host holds (2 on AVX2, 4 on AVX-512)
 @pytest.mark.parametrize("config", [{"nb": 1, "tx": 14}, {"nb": 3, "tx": 4, "rows": True},
-                                    {"nb": 4, "tx": 7, "order": "rsc"}])
+                                    {"nb": min(4, (REGISTERS - 2) // 7), "tx": 7,
+                                     "order": "rsc"}])
 def test_conv2d_knobs(config):
     op = tdsl.stdlib["conv2d"]
     x, wt = _conv_arrays(False)

@@ -29,7 +29,7 @@ import tempfile
 import time
 import weakref
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from multiprocessing.connection import wait
 from pathlib import Path
 
@@ -60,6 +60,8 @@ class MeasureResult:
     message: str = ""           # the error, a few lines at most
     build_seconds: float = 0.0
     machine: str = ""           # the fingerprint of the machine that measured it
+    # `Target.facts` of the target there (a dask worker resolves "c" as its own CPU)
+    facts: dict | None = field(default=None, compare=False, hash=False)
 
     @property
     def ok(self) -> bool:
@@ -280,9 +282,12 @@ class LocalMeasurer:
                         data_dir: str, target: Target | str = "c") -> dict[int, MeasureResult]:
         """`measure` on plain data (what a remote worker is sent): ``configs`` maps indices
         to configurations, ``data_dir`` is one `save_task_data` wrote."""
+        target = as_target(target)
         try:
-            builds = self._build_all(template, shapes, configs, as_target(target))
-            return {i: self._run(i, configs[i], builds[i], data_dir) for i in configs}
+            builds = self._build_all(template, shapes, configs, target)
+            facts = target.facts()
+            return {i: replace(self._run(i, configs[i], builds[i], data_dir), facts=facts)
+                    for i in configs}
         except BaseException:
             self._kill_all()    # KeyboardInterrupt (or a bug here): no process left behind
             raise

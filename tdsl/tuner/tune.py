@@ -117,7 +117,8 @@ def tune(task: Task, trials: int, log=None, tuner="gbt", measurer=None,
                 gflops = task.flops / r.seconds / 1e9 if r.ok and r.seconds else None
                 if writer is not None:
                     writer.write(make_record(task.workload, r.config, r.status, r.seconds,
-                                             gflops, r.message, r.machine))
+                                             gflops, r.message, r.machine,
+                                             getattr(r, "facts", None) or task.target.facts()))
                 done[r.index] = gflops
                 _account(result, r.index, r.config, r.status, gflops, default)
                 learned.append((r.index, gflops))
