@@ -109,16 +109,29 @@ def positive_int(text: str) -> int:
     return n
 
 
+_BOOLS = {"true": True, "True": True, "false": False, "False": False}
+
+
 def parse_attrs(items: list[str] | None) -> dict:
-    """``--attr stride=2 --attr alpha=0.1`` -> ``{"stride": 2, "alpha": 0.1}``."""
+    """``--attr stride=2 --attr alpha=0.1`` -> ``{"stride": 2, "alpha": 0.1}``: each value an
+    int, a float or a bool (``true``/``false``, or Python's ``True``/``False``)."""
     out = {}
     for item in items or ():
         name, eq, value = item.partition("=")
-        if not eq:
+        name, v = name.strip(), value.strip()
+        if not eq or not name:
             raise TdslError(f"--attr expects NAME=VALUE, got '{item}'")
-        v = value.strip()
-        out[name.strip()] = True if v == "true" else False if v == "false" else (
-            int(v) if v.lstrip("-").isdigit() else float(v))
+        if v in _BOOLS:
+            out[name] = _BOOLS[v]
+            continue
+        try:
+            out[name] = int(v)
+        except ValueError:
+            try:
+                out[name] = float(v)
+            except ValueError:
+                raise TdslError(f"--attr {name}={v}: the value must be an int, a float or "
+                                f"true/false, got '{v}'") from None
     return out
 
 

@@ -293,3 +293,20 @@ def test_wording_graph_files_attribute_hint_and_warnings(capsys, tmp_path):
             tmp_path / "out", "--tuning-log", log)       # a process: pytest keeps warnings
     assert r.returncode == 0 and "warning: " in r.stderr, r.stderr
     assert "warnings.warn" not in r.stderr and ".py:" not in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("command", [["emit"], ["build", "-o", "{d}"], ["tune"]])
+@pytest.mark.parametrize("attr", ["causal=x", "causal=", "alpha=1.5.2"])
+def test_a_bad_attr_value_is_an_error_not_a_traceback(capsys, tmp_path, command, attr):
+    """Issue 28: a value not an int, a float or a bool raised a ValueError from parse_attrs."""
+    args = [a.format(d=tmp_path / "out") for a in command]
+    code, out, err = main(capsys, args[0], ATTENTION, "--op", "attention", *args[1:],
+                          "--attr", attr)
+    assert code == 1 and f"error: --attr {attr}" in err and "Traceback" not in err, err
+
+
+@pytest.mark.parametrize("text, value", [("True", True), ("False", False), ("true", True),
+                                         ("false", False), ("-3", -3), ("0.5", 0.5)])
+def test_attr_values_take_python_bool_spellings(text, value):
+    parsed = cli.parse_attrs([f"a={text}"])["a"]
+    assert parsed == value and type(parsed) is type(value)
