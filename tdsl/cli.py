@@ -311,8 +311,9 @@ def cmd_tune(args) -> int:
     from .tuner.measure import LocalMeasurer
     from .tuner.task import Task
     from .tuner.transfer import history_from_logs
-    from .tuner.tune import Progress, plot_curves, tune
+    from .tuner.tune import Progress, check_tunable, plot_curves, tune
     op = _op_of(args)
+    check_tunable(as_target(args.target), local=not args.dask)     # before anything runs
     shapes = parse_shapes(args.shape) or {}
     check_shape_names(op, shapes, parse_attrs(args.attr))
     if args.plot:           # checked now, not after the whole tuning run
@@ -337,7 +338,9 @@ def cmd_tune(args) -> int:
     if args.plot:
         plot_curves({args.tuner: result.curve}, args.plot, str(workload))
         print(f"curve: {args.plot}")
-    return 130 if result.interrupted else 0
+    if result.interrupted:
+        return 130
+    return 1 if result.best_config is None and result.trials else 0   # nothing ran
 
 
 def _check_writable(path: str, what: str) -> None:

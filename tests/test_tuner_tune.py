@@ -205,3 +205,68 @@ def test_flop_counts_are_the_textbook_ones():
                                                 "KH": 3, "KW": 3}, {"padding": 1}))
     assert conv.flops == 2 * 32 * 10 * 12 * 8 * 9
     assert Task(WORKLOAD).flops == 2 * 64 ** 3
+
+
+class FailingMeasurer(FakeMeasurer):
+    """Every candidate fails: half with one internal error, half with another."""
+
+    def measure(self, task, indices):
+        self.asked += indices
+        return [MeasureResult(i, task.space.config(i), "build_error", None,
+                              f"internal error: KeyError: '{'ab'[i % 2]}'") for i in indices]
+
+
+def test_a_candidate_error_reaches_the_summary(task):
+    """Issue 28: an internal error in every candidate showed only in the log; the console
+    said "results: 2 build_error"."""
+    result = tune(task, 8, None, "random", FailingMeasurer(), batch_size=8,
+                  compare_numpy=False)
+    text = result.summary()
+    assert "no configuration ran successfully" in text and "8 build_error" in text
+    assert "build_error: internal error: KeyError: " in text, text
+    assert "(and 1 other message: see the log)" in text, text
+
+
+def test_an_unmeasurable_target_is_refused_before_measuring(tmp_path, capsys):
+    """Issue 28: c-embedded candidates all failed with KeyError: 'c-embedded', exit 0."""
+    from tdsl.cli import main
+    from tdsl.errors import TdslError
+    target = "c-embedded -mcpu=cortex-m4"
+    embedded = Task(Workload.make("std", "matmul", {"M": 8, "N": 8, "K": 8}, target=target))
+    m = FakeMeasurer()
+    with pytest.raises(TdslError, match="can't measure target 'c-embedded"):
+        tune(embedded, 4, None, "random", m, compare_numpy=False)
+    assert m.asked == []
+    log = tmp_path / "t.jsonl"
+    code = main(["tune", "std", "--op", "matmul", "--shape", "M=8,N=8,K=8", "--target",
+                 target, "--log", str(log)])
+    err = capsys.readouterr().err
+    assert code == 1 and "can't measure target 'c-embedded" in err and "Traceback" not in err
+    assert not log.exists()
+
+
+def test_progress_counts_to_what_a_small_space_holds(tmp_path):
+    """Issue 28: with fewer configurations than --trials the line stayed at 0/64."""
+    import io
+    task = Task(WORKLOAD)
+    trials = len(task.space) + 100
+    stream = io.StringIO()
+    result = tune(task, trials, None, RandomTuner(task.space, 0), FakeMeasurer(),
+                  batch_size=len(task.space) + 1, compare_numpy=False,
+                  progress=Progress(trials, stream=stream))
+    lines = stream.getvalue().splitlines()
+    assert result.trials == len(task.space)
+    assert lines[0].split("] ")[1].startswith(f"0/{len(task.space)} trials"), lines
+    assert lines[-1].split("] ")[1].startswith(f"{len(task.space)}/{len(task.space)} "
+                                               f"trials"), lines
+    assert lines[-1].startswith("[" + "#" * 24 + "]")
+
+
+def test_summary_shows_a_slow_reference_as_a_figure_not_zero(task):
+    """Issue 28: the reference at a few MFLOP/s printed as "numpy (reference): 0.0"."""
+    from tdsl.tuner.tune import TuneResult
+    result = TuneResult(task, "random", {"ti": 8}, 12.5, 10.0, 0.00412, [12.5])
+    text = result.summary()
+    assert "numpy (reference): 0.00412 GFLOP/s  (best is 3034x)" in text, text
+    assert "default schedule: 10.0 GFLOP/s  (best is 1.25x)" in text
+    assert ": 0.0 GFLOP/s" not in text

@@ -18,7 +18,7 @@ import warnings
 from collections import Counter
 from dataclasses import dataclass, field
 
-from ..errors import ScheduleError
+from ..errors import ScheduleError, TdslError
 from .log import LogWriter, machine_fingerprint, make_record, read_log, records_for
 from .measure import LocalMeasurer
 from .search import ModelTuner, Tuner, make_tuner
@@ -35,6 +35,9 @@ class TuneResult:
     numpy_gflops: float | None = None
     curve: list[float] = field(default_factory=list)     # best GFLOP/s after each trial
     statuses: Counter = field(default_factory=Counter)
+    # failing status -> its distinct messages, in the order first seen (the summary shows
+    # the first: an internal error must reach the console, not only the log)
+    messages: dict[str, list[str]] = field(default_factory=dict)
     resumed: int = 0
     model_quality: tuple[float, float] | None = None      # (Kendall tau, top-k recall)
     search_seconds: float = 0.0          # the tuner's own work: model fits and search
@@ -64,15 +67,22 @@ class TuneResult:
             lines.append("no configuration ran successfully")
         else:
             lines.append(f"best configuration: {self.best_config}  "
-                         f"{self.best_gflops:.1f} {self.unit}")
+                         f"{_rate(self.best_gflops)} {self.unit}")
         for name, g in (("default schedule", self.default_gflops),
                         ("numpy (reference)", self.numpy_gflops)):
             if g:
-                ratio = f"  (best is {self.best_gflops / g:.2f}x)" if self.best_gflops else ""
-                lines.append(f"{name}: {g:.1f} {self.unit}{ratio}")
+                ratio = f"  (best is {_ratio(self.best_gflops / g)})" if self.best_gflops \
+                    else ""
+                lines.append(f"{name}: {_rate(g)} {self.unit}{ratio}")
         if self.statuses:
             lines.append("results: " + ", ".join(f"{n} {s}" for s, n in
                                                  sorted(self.statuses.items())))
+        for status, found in sorted(self.messages.items()):
+            first = found[0].replace("\n", "\n    ")
+            more = len(found) - 1
+            lines.append(f"  {status}: {first}" + (
+                f"\n    (and {more}{'+' * (more >= MESSAGES_KEPT - 1)} other "
+                f"message{'s' * (more > 1)}: see the log)" if more else ""))
         if self.model_quality is not None:
             tau, recall = self.model_quality
             lines.append(f"cost model on unseen batches: Kendall tau {tau:.2f}, "
@@ -84,6 +94,16 @@ class TuneResult:
         return "\n".join(lines)
 
 
+def _rate(g: float) -> str:
+    """A throughput as printed: one decimal, or three significant digits below 1 (the
+    reference evaluator on a small op runs at a few MFLOP/s, which ".1f" showed as 0.0)."""
+    return f"{g:.1f}" if g >= 1 else f"{g:.3g}"
+
+
+def _ratio(r: float) -> str:
+    return f"{r:.2f}x" if r < 100 else f"{r:.0f}x"
+
+
 def tune(task: Task, trials: int, log=None, tuner="gbt", measurer=None,
          batch_size: int = 16, seed: int = 0, history=None, progress=None,
          compare_numpy: bool = True) -> TuneResult:
@@ -92,6 +112,7 @@ def tune(task: Task, trials: int, log=None, tuner="gbt", measurer=None,
     `search.TUNERS` or a `Tuner`; ``measurer`` defaults to a `LocalMeasurer`; ``history``
     is transfer-learning data (`transfer.history_from_logs`) for the gbt tuner."""
     started = time.perf_counter()
+    check_tunable(task.target, local=measurer is None or isinstance(measurer, LocalMeasurer))
     search = tuner if isinstance(tuner, Tuner) else make_tuner(tuner, task, seed, history)
     result = TuneResult(task, search.name)
     own_measurer = measurer is None
@@ -99,6 +120,8 @@ def tune(task: Task, trials: int, log=None, tuner="gbt", measurer=None,
     done = _resume(task, log, search, result)
     writer = LogWriter(log) if log is not None else None
     progress = progress or Progress(trials, quiet=True)
+    # a space smaller than ``trials`` ends the run early: count to what will be measured
+    progress.limit(min(trials, result.trials + max(search.remaining(), 0)))
     progress.show(result)
     default = task.space.default_index()
     try:
@@ -120,7 +143,7 @@ def tune(task: Task, trials: int, log=None, tuner="gbt", measurer=None,
                                              gflops, r.message, r.machine,
                                              getattr(r, "facts", None) or task.target.facts()))
                 done[r.index] = gflops
-                _account(result, r.index, r.config, r.status, gflops, default)
+                _account(result, r.index, r.config, r.status, gflops, default, r.message)
                 learned.append((r.index, gflops))
                 progress.show(result)
             t0 = time.perf_counter()
@@ -133,7 +156,7 @@ def tune(task: Task, trials: int, log=None, tuner="gbt", measurer=None,
             writer.close()
         if own_measurer:
             measurer.close()
-        progress.close()
+        progress.close(result)
     if isinstance(search, ModelTuner):
         result.model_quality = search.summary_quality()
     if compare_numpy and not result.interrupted:
@@ -159,7 +182,8 @@ def _resume(task: Task, log, search, result: TuneResult) -> dict[int, float | No
             continue
         gflops = rec.get("gflops") if rec.get("status") == "ok" else None
         done[index] = gflops
-        _account(result, index, rec["config"], rec.get("status", "?"), gflops, default)
+        _account(result, index, rec["config"], rec.get("status", "?"), gflops, default,
+                 rec.get("message") or "")
     if stale:
         warnings.warn(f"{log}: skipped {stale} record(s) of {task.workload} whose knobs are "
                       f"not this schedule's ({', '.join(task.space.names) or 'none'}): "
@@ -169,8 +193,35 @@ def _resume(task: Task, log, search, result: TuneResult) -> dict[int, float | No
     return done
 
 
-def _account(result: TuneResult, index, config, status, gflops, default) -> None:
+MESSAGES_KEPT = 8         # distinct messages kept per failing status
+
+
+def check_tunable(target, local: bool = True) -> None:
+    """Refuse, before anything is measured, a target whose candidates cannot be timed: one
+    with no build-and-load path here (c-embedded: its kernels run on the device, or under
+    an emulator whose timings say nothing of the device's speed) or, measured on this
+    machine (``local``), one whose code this machine cannot run."""
+    from ..backends import COMPILERS
+    if target.kind not in COMPILERS:
+        raise TdslError(f"tdsl tune can't measure target '{target}': {target.kind} kernels "
+                        f"run on the device (or under an emulator, whose timings say nothing "
+                        f"of the device's speed); tunable targets: "
+                        f"{', '.join(sorted(COMPILERS))}",
+                        hint="build it with its schedule's defaults, or tune the op for a "
+                             "host target")
+    reason = target.unrunnable_reason() if local else None
+    if reason:
+        raise TdslError(f"tdsl tune can't measure here: {reason}",
+                        hint="tune on a machine that runs it (--dask with such workers)")
+
+
+def _account(result: TuneResult, index, config, status, gflops, default,
+             message: str = "") -> None:
     result.statuses[status] += 1
+    if status != "ok" and message:
+        found = result.messages.setdefault(status, [])
+        if message not in found and len(found) < MESSAGES_KEPT:
+            found.append(message)
     if gflops is not None and gflops > result.best_gflops:
         result.best_gflops, result.best_config = gflops, dict(config)
     if index == default and gflops is not None:
@@ -200,11 +251,15 @@ class Progress:
         self.tty = getattr(self.stream, "isatty", lambda: False)()
         self._last = -1
 
-    def show(self, result: TuneResult) -> None:
+    def limit(self, total: int) -> None:
+        """At most ``total`` trials will be measured (the space holds no more)."""
+        self.total = min(self.total, max(total, 0))
+
+    def show(self, result: TuneResult, force: bool = False) -> None:
         if self.quiet:
             return
         n = result.trials
-        if not self.tty and n != self.total and n - self._last < self.every and n:
+        if not (force or self.tty) and n != self.total and n - self._last < self.every and n:
             return
         self._last = n
         width = 24
@@ -215,7 +270,15 @@ class Progress:
         self.stream.write(("\r" + line) if self.tty else line + "\n")
         self.stream.flush()
 
-    def close(self) -> None:
+    def close(self, result: TuneResult | None = None) -> None:
+        """End the line; the last state is shown even when the run stopped short of the
+        total (every invalid configuration proposed, interrupted)."""
+        if result is not None and not self.quiet:
+            # not interrupted, it ended: what it measured was the whole
+            total = self.total if result.interrupted else min(self.total, result.trials)
+            if result.trials != self._last or total != self.total:
+                self.total = total
+                self.show(result, force=True)
         if not self.quiet and self.tty:
             self.stream.write("\n")
             self.stream.flush()
