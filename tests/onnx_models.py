@@ -1,7 +1,8 @@
 """Small ONNX models built with onnx's helper API, shaped like the model zoo's classics
 (the zoo's files can't be downloaded where these tests run): a ResNet basic block stack at
 opset 17, a SqueezeNet-style net at opset 7-9 (weights among the graph inputs, LRN, Dropout,
-Concat, Sum, ConstantOfShape, Reshape with a computed shape), DenseNet-, Inception- and
+Concat, Sum, ConstantOfShape, Reshape with a computed shape), SqueezeNet's Fire modules at
+their real widths (64 + 64 channels concatenated, kept blocked), DenseNet-, Inception- and
 AlexNet-style nets at opset 7-9 (pre-activation batch norms, four-way concats, asymmetric
 pool padding, 5x5 and 11x11/4 convolutions, a Gemm classifier), a MobileNet block with
 Clip, a classifier head with Gemm, Softmax and Transpose."""
@@ -114,6 +115,41 @@ def squeezenet_like(opset=7):
     return _model(nodes, [("x", [1, 3, 32, 32])], ["y"], inits, opset, weights_as_inputs=True)
 
 
+def squeezenet_fires(fires=((16, 64, 64), (16, 64, 64), (8, 24, 40)), opset=9):
+    """SqueezeNet 1.0's Fire modules as the zoo's model has them: a 3x3/2 stem conv, ReLU, a
+    3x3/2 max pool, then Fire modules (squeeze 1x1 + ReLU; expand 1x1 and expand 3x3, each
+    with its ReLU; their Concat read straight by the next module's squeeze conv), a 1x1 conv
+    to 10 classes, ReLU, GlobalAveragePool, Flatten, Softmax. ``fires``: (squeeze, expand 1x1,
+    expand 3x3) channels; the defaults concatenate 64 + 64 channels (whole blocks of 8 or 16
+    lanes, both sides kept blocked by the layout pass) and 24 + 40 (partial blocks)."""
+    nodes, inits = [], [_w("c1_w", 32, 3, 3, 3), _w("c1_b", 32)]
+    nodes += [helper.make_node("Conv", ["x", "c1_w", "c1_b"], ["c1"], strides=[2, 2],
+                               kernel_shape=[3, 3]),
+              helper.make_node("Relu", ["c1"], ["r1"]),
+              helper.make_node("MaxPool", ["r1"], ["p1"], kernel_shape=[3, 3], strides=[2, 2])]
+    h, c = "p1", 32
+    for i, (sq, e1, e3) in enumerate(fires):
+        p = f"f{i}"
+        inits += [_w(f"{p}_sw", sq, c, 1, 1), _w(f"{p}_sb", sq), _w(f"{p}_e1w", e1, sq, 1, 1),
+                  _w(f"{p}_e1b", e1), _w(f"{p}_e3w", e3, sq, 3, 3), _w(f"{p}_e3b", e3)]
+        nodes += [helper.make_node("Conv", [h, f"{p}_sw", f"{p}_sb"], [f"{p}_s"]),
+                  helper.make_node("Relu", [f"{p}_s"], [f"{p}_sr"]),
+                  helper.make_node("Conv", [f"{p}_sr", f"{p}_e1w", f"{p}_e1b"], [f"{p}_e1"]),
+                  helper.make_node("Relu", [f"{p}_e1"], [f"{p}_e1r"]),
+                  helper.make_node("Conv", [f"{p}_sr", f"{p}_e3w", f"{p}_e3b"], [f"{p}_e3"],
+                                   pads=[1, 1, 1, 1]),
+                  helper.make_node("Relu", [f"{p}_e3"], [f"{p}_e3r"]),
+                  helper.make_node("Concat", [f"{p}_e1r", f"{p}_e3r"], [f"{p}_out"], axis=1)]
+        h, c = f"{p}_out", e1 + e3
+    inits += [_w("cls_w", 10, c, 1, 1), _w("cls_b", 10)]
+    nodes += [helper.make_node("Conv", [h, "cls_w", "cls_b"], ["cls"]),
+              helper.make_node("Relu", ["cls"], ["clsr"]),
+              helper.make_node("GlobalAveragePool", ["clsr"], ["gap"]),
+              helper.make_node("Flatten", ["gap"], ["flat"], axis=1),
+              helper.make_node("Softmax", ["flat"], ["y"], axis=1)]
+    return _model(nodes, [("x", [1, 3, 32, 32])], ["y"], inits, opset)
+
+
 def mobilenet_like(opset=17):
     """Depthwise (group = channels) conv without bias, Clip (ReLU6) with min/max inputs,
     pointwise conv with bias, AveragePool, Transpose, Slice, Squeeze, LogSoftmax."""
@@ -210,19 +246,20 @@ def resnet50(opset=17):
     return _model(b.nodes, [("x", [1, 3, 224, 224])], ["y"], b.inits, opset)
 
 
-def densenet_like(opset=9, growth=4, layers=2):
+def densenet_like(opset=9, growth=4, layers=2, stem=8):
     """DenseNet-121's idioms: a 7x7/2 stem and a padded 3x3/2 max pool, then dense layers of
     pre-activation BN-ReLU-Conv (1x1, then 3x3) whose output is concatenated to their input,
     a transition (BN-ReLU-Conv 1x1, 2x2 average pool) and BN-ReLU-GlobalAveragePool, Reshape,
     Gemm, Softmax. The batch norms after a concat or a pool fold into no convolution: they
-    run as ops of their own, fused into their neighbours."""
-    nodes, inits = [], [_w("c0_w", 8, 3, 7, 7)] + _bn("bn0", 8)
+    run as ops of their own, fused into their neighbours. ``stem``: the stem's channels
+    (DenseNet-121's 64, with ``growth=32``, concatenates 64 + 32 + 32 as the zoo's does)."""
+    nodes, inits = [], [_w("c0_w", stem, 3, 7, 7)] + _bn("bn0", stem)
     nodes += [helper.make_node("Conv", ["x", "c0_w"], ["c0"], strides=[2, 2], pads=[3, 3, 3, 3],
                                kernel_shape=[7, 7]),
               _bn_node("bn0", "c0", "n0"), helper.make_node("Relu", ["n0"], ["r0"]),
               helper.make_node("MaxPool", ["r0"], ["p0"], kernel_shape=[3, 3], strides=[2, 2],
                                pads=[1, 1, 1, 1])]
-    h, c = "p0", 8
+    h, c = "p0", stem
     for i in range(layers):
         p = f"d{i}"
         inits += _bn(f"{p}a", c) + [_w(f"{p}_w1", 4 * growth, c, 1, 1)] + \

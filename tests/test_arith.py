@@ -11,6 +11,7 @@ from tdsl.lowering import te
 from tdsl.lowering.arith.evaluate import eval_index
 from tdsl.lowering.arith.linear import equal, exact, linear, normal_form
 from tdsl.lowering.arith.prover import Ctx, bounds, relax
+from tdsl.lowering.arith.simplify import simplify
 from tdsl.lowering.reference.views import Axis, affine
 
 I = "i64"
@@ -87,6 +88,27 @@ def test_bounds_of_products_and_positive_sizes():
     assert bounds(i * N + c(1), Ctx(positive=frozenset({N})))[0] == 1
     assert bounds(N * K, Ctx(positive=frozenset({N, K}))) == (1, None)
     assert bounds(c(0) - N, Ctx(positive=frozenset({N})))[1] == -1
+
+
+def test_a_guard_on_the_channel_bounds_the_simplified_block_index():
+    """A channel concatenation read in blocks of 8: under ``8 * cb + ci < 64`` the block
+    index ``(8 * cb + ci) // 8``, which simplifies to ``cb + ci // 8``, is at most 7, and
+    past the guard ``(8 * cb + ci - 64) // 8 = cb + ci // 8 - 8`` is at least 0. The fact's
+    coefficient (8) is no multiple of the index's (1): the prover once took 15 and -8, and
+    the region check refused SqueezeNet's and DenseNet-121's concatenations at 8 lanes."""
+    cb, ci = te.Var("cb"), te.Var("ci")
+    for block, blocks in ((8, 16), (16, 8), (16, 3)):
+        chan = cb * c(block) + ci
+        ctx = Ctx().with_loop(cb, c(0), c(blocks)).with_loop(ci, c(0), c(block))
+        first = block * blocks // 2
+        guard = te.Compare("<", chan, c(first))
+        for idx, truth, want in ((te.Binary("//", chan, c(block), I), True,
+                                  (0, (first - 1) // block)),
+                                 (te.Binary("//", chan - c(first), c(block), I), False,
+                                  ((0, (block * blocks - 1 - first) // block)))):
+            assert bounds(simplify(idx), ctx.with_cond(guard, truth)) == want, (block, idx)
+        # without the guard, the whole range (the guard is what bounds it)
+        assert bounds(simplify(te.Binary("//", chan, c(block), I)), ctx) == (0, blocks - 1)
 
 
 def test_relax_attained_refuses_what_it_cannot_reach():

@@ -3,28 +3,41 @@
 Layout on and off, fused and unfused, give the same numbers (and the ops' references'); the
 blocked ops' references are checked against independent numpy; the blocked width is the
 target's lanes (a target with other lanes blocks by them); the residual add of a ResNet
-block fuses into the blocked convolution; `tdsl graph` prints the layouts. Builds need gcc.
+block fuses into the blocked convolution; concatenations, splits and slices over blocked
+channels, whole blocks or not, match the reference (a property test); `tdsl graph` prints
+the layouts. Builds need gcc.
+
+Both block widths, 8 (AVX2) and 16 (AVX-512), are tested whatever the host: the graphs the
+passes make for ``c -march=x86-64-v3`` and ``-v4`` are checked as they are, and the numbers
+on a target of each width that runs here (`block_targets`: the other width's vectors forced
+by ``-lanes``, AVX2 code carrying 16-float vectors in register pairs); a kernel for the ISA
+the host lacks is built, not run.
 """
 from __future__ import annotations
 
 import shutil
+import sys
 import warnings
 from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 import tdsl
 from tdsl import cli
 from tdsl.api import stdlib
 from tdsl.graph_api import CompiledGraph
 from tdsl.lowering.graph.patterns import vectors_along_output
-from tdsl.target import as_target
+from tdsl.target import Target, as_target
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from block_targets import BLOCKS, isa_target, run_target  # noqa: E402
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "models"
 needs_gcc = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
 TOL = dict(rtol=1e-4, atol=1e-4)
-LANES = as_target("c").lanes
 
 
 def load(name: str) -> tdsl.Graph:
@@ -81,9 +94,10 @@ def test_only_a_contraction_vectorized_along_the_output_takes_a_residual():
 
 # ---------------------------------------------------------------------------- the pass
 
-def test_the_small_cnn_runs_blocked_between_its_convs_with_the_residual_fused():
+@pytest.mark.parametrize("block", BLOCKS)
+def test_the_small_cnn_runs_blocked_between_its_convs_with_the_residual_fused(block):
     g = load("small_cnn")
-    c = CompiledGraph(g, g.random_params(), {"B": 1}, True, True, "c", True)
+    c = CompiledGraph(g, g.random_params(), {"B": 1}, True, True, isa_target(block), True)
     kernels = [tuple(c.ir.nodes[i].op for i in grp.nodes) for grp in c.groups]
     assert kernels == [
         ("to_nchwc",),                                       # the input, at the edge
@@ -92,18 +106,40 @@ def test_the_small_cnn_runs_blocked_between_its_convs_with_the_residual_fused():
         ("conv2d_winograd_nchwc", "bias_add_nchwc", "relu"),
         ("conv2d_winograd_nchwc", "bias_add_nchwc", "add", "relu"),   # the residual block
         ("global_avg_pool2d_nchwc",), ("dense_packed",)]
-    assert c.layouts["r1"] == f"NCHW{LANES}c" and c.layouts["x"] == "NCHW"
-    assert c.ir.shape_of("r1", c.sizes) == (1, 32 // LANES, 32, 32, LANES)
+    assert c.layouts["r1"] == f"NCHW{block}c" and c.layouts["x"] == "NCHW"
+    assert c.ir.shape_of("r1", c.sizes) == (1, 32 // block, 32, 32, block)
     # the packed weights were computed at build time: no kernel packs them
     assert not any(n.op.startswith(("pack_", "winograd_weights")) for n in c.ir.nodes)
-    assert c.weights["n1_w_packed"].shape == (32 // LANES, 3, 3, 3, 1, LANES)
-    assert c.weights["n2_w_winograd"].shape == (4, 4, 32 // LANES, LANES, 32 // LANES, LANES)
+    assert c.weights["n1_w_packed"].shape == (32 // block, 3, 3, 3, 1, block)
+    assert c.weights["n2_w_winograd"].shape == (4, 4, 32 // block, block, 32 // block, block)
 
 
-def test_the_block_is_the_targets_lanes():
+@pytest.mark.parametrize("block", BLOCKS)
+def test_the_block_is_the_targets_lanes(block):
     g = load("small_cnn")
-    c = CompiledGraph(g, g.random_params(), {"B": 1}, True, True, "c -lanes=8", True)
-    assert c.ir.shape_of("r2", c.sizes) == (1, 4, 16, 16, 8)
+    for target in (isa_target(block), f"c -lanes={block}", run_target(block)):
+        c = CompiledGraph(g, g.random_params(), {"B": 1}, True, True, target, True)
+        assert c.ir.shape_of("r2", c.sizes) == (1, 32 // block, 16, 16, block), target
+
+
+@needs_gcc
+def test_a_kernel_for_an_isa_the_host_lacks_is_built_not_run():
+    """Each ISA's graph is compiled here; it runs where the host has the ISA."""
+    g = load("small_cnn")
+    p = g.random_params()
+    x = rand((1, 3, 32, 32))
+    for block in BLOCKS:
+        target = isa_target(block)
+        c = CompiledGraph(g, p, {"B": 1}, True, True, target, True)
+        c.build(g.module, as_target(target), None)
+        assert c.kernels and all(Path(k.lib_path).exists() for k in c.kernels)
+        why = Target(target).unrunnable_reason()
+        if why is None:
+            np.testing.assert_allclose(g.build(target, params=p)(x), g.reference(x, params=p),
+                                       **TOL)
+        else:
+            with pytest.raises(tdsl.TdslError, match="cannot run here"):
+                g.build(target, params=p)(x)
 
 
 @pytest.mark.parametrize("target", ["c -lanes=1", "c-embedded -mcpu=cortex-m55"])
@@ -172,8 +208,9 @@ graph g(x: f32[1, 16, 12, 12]) -> y: f32[1, 16, 12, 12] {
 
 
 @needs_gcc
+@pytest.mark.parametrize("block", BLOCKS)
 @pytest.mark.parametrize("fold", [True, False])
-def test_a_batch_norm_that_is_not_folded_stays_blocked(fold):
+def test_a_batch_norm_that_is_not_folded_stays_blocked(fold, block):
     """A batch_norm after a relu cannot fold into the convolution's weights: with folding it
     is a scale_shift (its scale and shift computed at build time), without it stays a
     batch_norm; either runs blocked, its vectors packed like a bias, not between a
@@ -182,13 +219,14 @@ def test_a_batch_norm_that_is_not_folded_stays_blocked(fold):
     g = tdsl.loads(BN_AFTER_RELU)["g"]
     p = g.random_params()
     p["va"] = np.abs(p["va"]) + 0.1
-    c = CompiledGraph(g, p, {}, True, fold, "c", True)
+    target = run_target(block)
+    c = CompiledGraph(g, p, {}, True, fold, target, True)
     ops = [n.op for n in c.ir.nodes]
     blocked = "scale_shift_nchwc" if fold else "batch_norm_nchwc"
     assert blocked in ops and not {"batch_norm", "scale_shift"} & set(ops)
     assert ops.count("to_nchwc") == ops.count("from_nchwc") == 1      # at the edges only
     x = rand((1, 16, 12, 12))
-    m = g.build(params=p, fold=fold, layout=True)
+    m = g.build(target, params=p, fold=fold, layout=True)
     np.testing.assert_allclose(m(x), g.reference(x, params=p), **TOL)
     # folded, no square root is left in the kernel; unfolded, its rsqrt is whole-vector
     # code, alone or in a convolution's epilogue: a lane loop there made the fused small CNN
@@ -199,22 +237,25 @@ def test_a_batch_norm_that_is_not_folded_stays_blocked(fold):
     if not fold:
         assert all("tdsl_sqrt_f32x" in k.source for k in kernels)
     small = load("small_cnn")
-    c = CompiledGraph(small, small.random_params(), {"B": 1}, True, False, "c", True)
+    c = CompiledGraph(small, small.random_params(), {"B": 1}, True, False, target, True)
     kernels = [tuple(c.ir.nodes[i].op for i in grp.nodes) for grp in c.groups]
     assert ("conv2d_nchwc", "batch_norm_nchwc", "relu") in kernels
 
 
 @needs_gcc
+@pytest.mark.parametrize("block", BLOCKS)
 @pytest.mark.parametrize("name, shape", [("small_cnn", (2, 3, 32, 32)),
                                          ("mobilenet_block", (1, 32, 28, 28))])
-def test_layout_on_and_off_fused_and_unfused_agree(name, shape):
+def test_layout_on_and_off_fused_and_unfused_agree(name, shape, block):
     g = load(name)
     p = g.random_params()
     x = rand(shape)
     want = g.reference(x, params=p)
+    target = run_target(block)
     for kw in (dict(layout=True), dict(layout=False), dict(layout=True, fuse=False),
                dict(layout=True, fold=False)):
-        np.testing.assert_allclose(g.build(params=p, **kw)(x), want, **TOL, err_msg=str(kw))
+        np.testing.assert_allclose(g.build(target, params=p, **kw)(x), want, **TOL,
+                                   err_msg=f"{kw} on {target}")
 
 
 @needs_gcc
@@ -236,8 +277,9 @@ graph g(x: f32[1, 8, 9, 9]) -> y: f32[1, 16, 5, 5] {
     p = g.random_params()
     x = rand((1, 8, 9, 9))
     want = g.reference(x, params=p)
-    for lanes in (4, 8):
-        m = g.build(f"c -lanes={lanes}", params=p, layout=True)
+    for lanes in (4, *BLOCKS):
+        m = g.build(f"c -lanes={lanes}" if lanes == 4 else run_target(lanes), params=p,
+                    layout=True)
         np.testing.assert_allclose(m(x), want, **TOL)
         c = m.compiled(x)
         assert c.layouts["r1"] == f"NCHW{lanes}c"
@@ -260,8 +302,9 @@ graph g(x: f32[1, C, 14, 15]) -> y: f32[1, C, 14, 15] {
 
 
 @needs_gcc
-@pytest.mark.parametrize("target", ["c", "c -lanes=8"])
-def test_3x3_convolutions_large_enough_run_by_winograd_with_their_epilogues(target):
+@pytest.mark.parametrize("block", BLOCKS)
+def test_3x3_convolutions_large_enough_run_by_winograd_with_their_epilogues(block):
+    target = run_target(block)
     g = tdsl.loads(WINOGRAD_NET.replace("C", "64"))["g"]
     p = g.random_params()
     x = rand((1, 64, 14, 15))          # 7 x 8 tiles (an odd width: a last half tile)
@@ -277,13 +320,14 @@ def test_3x3_convolutions_large_enough_run_by_winograd_with_their_epilogues(targ
     assert "conv2d_winograd_nchwc" not in [n.op for n in direct.compiled(x).ir.nodes]
 
 
-def test_winograd_is_left_to_convolutions_it_speeds_up():
+@pytest.mark.parametrize("block", BLOCKS)
+def test_winograd_is_left_to_convolutions_it_speeds_up(block):
     # 7 columns, or 512 channels (16 MiB of transformed weights): the direct sum, measured
     # faster there
     for c, w in ((64, 7), (512, 14)):
         g = tdsl.loads(WINOGRAD_NET.replace("C", str(c)).replace("15", str(w)))["g"]
-        ops = [n.op for n in CompiledGraph(g, g.random_params(), {}, True, True, "c",
-                                           blocked=True).ir.nodes]
+        ops = [n.op for n in CompiledGraph(g, g.random_params(), {}, True, True,
+                                           isa_target(block), blocked=True).ir.nodes]
         assert "conv2d_nchwc" in ops and "conv2d_winograd_nchwc" not in ops, (c, w)
 
 
@@ -304,7 +348,8 @@ def test_a_fused_dense_takes_dense_s_schedule_without_a_warning():
         shapes={"N": 3, "K": 784, "M": 128}).source
 
 
-def test_a_graphs_dense_weights_are_packed_once_at_build_time():
+@pytest.mark.parametrize("block", BLOCKS)
+def test_a_graphs_dense_weights_are_packed_once_at_build_time(block):
     """With the layout pass, dense reads weights packed at build time (constant folding),
     panels of 2 x lanes features, the last one padded: no call packs them."""
     g = load("mlp")
@@ -312,13 +357,13 @@ def test_a_graphs_dense_weights_are_packed_once_at_build_time():
     x = rand((3, 784))
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        m = g.build(params=p, layout=True)
+        m = g.build(run_target(block), params=p, layout=True)
         np.testing.assert_allclose(m(x), g.reference(x, params=p), **TOL)
     c = m.compiled(x)
     assert [tuple(f.ops) for f in c.functions] == [("dense_packed", "relu"), ("dense_packed",)]
     assert c.schedules == ["dense_packed's", "dense_packed's"]
     assert not any(n.op.startswith("pack_") for n in c.ir.nodes)
-    panel = 2 * LANES
+    panel = 2 * block
     assert c.weights["w2_packed"].shape == (-(-10 // panel), 128, panel)
     np.testing.assert_array_equal(c.weights["w2_packed"][0, :, :min(10, panel)],
                                   p["w2"][:panel].T)
@@ -354,3 +399,97 @@ def test_a_blocked_conv_kernel_is_a_tuning_task_with_conv2d_nchwc_s_knobs():
     wino = next(t for t in tasks if t.workload.op.endswith(
         "conv2d_winograd_nchwc+bias_add_nchwc+add+relu@r3"))
     assert set(wino.space.names) == {"tx", "nb", "whole"} and len(wino.space) > 1
+
+
+# ---------------------------------------------------------------------------- channel ops
+
+CHANNEL_OPS = """import std
+op concat3(A: f32[N, C1, H, W], B: f32[N, C2, H, W], D: f32[N, C3, H, W])
+    -> Y: f32[N, C1 + C2 + C3, H, W] {
+    Y[n, c, h, w] = select(c < C1, A[n, c, h, w],
+                           select(c < C1 + C2, B[n, c - C1, h, w], D[n, c - C1 - C2, h, w]))
+}
+op slice_c(X: f32[N, C, H, W]; lo: int, k: int) -> Y: f32[N, k, H, W] {
+    Y[n, c, h, w] = X[n, c + lo, h, w]
+}
+op split_c(X: f32[N, C, H, W]; k: int) -> (A: f32[N, k, H, W], B: f32[N, C - k, H, W]) {
+    A[n, c, h, w] = X[n, c, h, w]
+    B[n, c, h, w] = X[n, c + k, h, w]
+}
+"""
+
+
+def channel_graph(block: int, kind: str, chans: tuple[int, ...], lo: int, k: int) -> str:
+    """Convolutions to ``chans`` channels (blocked where ``block`` divides them), a
+    ``kind`` over their channels (concat of all of them; slice ``[lo, lo + k)`` or split at
+    ``k`` of the first), each result read by a convolution to ``block`` channels (so its input
+    is converted to the blocked layout when whole blocks)."""
+    body, params = [], []
+    for i, c in enumerate(chans):
+        params.append(f"    param w{i}: f32[{c}, 8, {1 + 2 * (i % 2)}, {1 + 2 * (i % 2)}]")
+        body.append(f"    a{i} = conv2d(x, w{i}; padding={i % 2})")
+    if kind == "concat":
+        op = "concat" if len(chans) == 2 else "concat3"
+        body.append(f"    c = {op}({', '.join(f'a{i}' for i in range(len(chans)))})")
+        reads = [("c", sum(chans))]
+    elif kind == "slice":
+        body.append(f"    c = slice_c(a0; lo={lo}, k={k})")
+        reads = [("c", k)]
+    else:
+        body.append(f"    p, q = split_c(a0; k={k})")
+        reads = [("p", k), ("q", chans[0] - k)]
+    outs = []
+    for j, (v, c) in enumerate(reads):
+        params.append(f"    param u{j}: f32[{block}, {c}, 1, 1]")
+        body.append(f"    y{j} = conv2d({v}, u{j})")
+        outs.append(f"y{j}: f32[1, {block}, 6, 5]")
+    head = f"graph g(x: f32[1, 8, 6, 5]) -> ({', '.join(outs)}) {{"
+    return CHANNEL_OPS + "\n".join([head, *params, *body, "}"]) + "\n"
+
+
+@st.composite
+def channel_cases(draw):
+    block = draw(st.sampled_from(BLOCKS), label="block")
+    # whole blocks (the layout pass keeps those blocked) or not (those stay NCHW)
+    chan = st.one_of(st.sampled_from([block, 2 * block, 4 * block]),
+                     st.integers(1, 3 * block))
+    kind = draw(st.sampled_from(["concat", "slice", "split"]), label="kind")
+    if kind == "concat":
+        chans = tuple(draw(st.lists(chan, min_size=2, max_size=3), label="channels"))
+        return block, kind, chans, 0, 0
+    c = draw(chan.filter(lambda n: n >= 2), label="channels")
+    cut = st.one_of(st.sampled_from([m for m in range(block, c, block)] or [1]),
+                    st.integers(1, c - 1))
+    if kind == "split":
+        return block, kind, (c,), 0, draw(cut, label="k")
+    lo = draw(st.one_of(st.just(0), cut), label="lo")
+    k = draw(st.integers(1, c - lo), label="k")
+    return block, kind, (c,), lo, k
+
+
+@needs_gcc
+@settings(max_examples=10, deadline=None)
+@given(channel_cases())
+# SqueezeNet's fire module (64 + 64) and DenseNet's dense block (64 + 32 + 32), at each width
+@example((8, "concat", (64, 64), 0, 0)).via("SqueezeNet's refused fire module")
+@example((8, "concat", (64, 32, 32), 0, 0)).via("DenseNet-121's refused concat")
+@example((16, "concat", (64, 64), 0, 0))
+@example((16, "concat", (8, 16, 24), 0, 0))       # a blocked input at an offset of 8
+@example((8, "slice", (32,), 12, 16))
+@example((16, "split", (48,), 16, 16))
+def test_channel_concat_split_and_slice_in_the_blocked_layout_match_the_reference(case):
+    """Concatenations, slices and splits over channels of blocked activations, whole blocks
+    or not, at both block widths: the from_nchwc and to_nchwc around them fuse with them,
+    and their reads of a blocked input under a channel guard must pass the call's region
+    check (SqueezeNet's and DenseNet-121's concats were refused there at 8 lanes)."""
+    block, kind, chans, lo, k = case
+    g = tdsl.loads(channel_graph(block, kind, chans, lo, k))["g"]
+    p = g.random_params()
+    x = rand((1, 8, 6, 5))
+    want = g.reference(x, params=p)
+    m = g.build(run_target(block), params=p, layout=True)
+    got = m(x)
+    for a, b in zip(got if isinstance(got, tuple) else (got,),
+                    want if isinstance(want, tuple) else (want,)):
+        np.testing.assert_allclose(a, b, **TOL, err_msg=str(case))
+    assert f"NCHW{block}c" in m.compiled(x).layouts.values()

@@ -19,6 +19,7 @@ from tdsl.onnx_import import convert_model  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import onnx_models  # noqa: E402
+from block_targets import BLOCKS, run_target  # noqa: E402
 
 needs_gcc = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
 
@@ -64,6 +65,36 @@ def test_zoo_like_models_import_and_match(make):
     want = run_onnx(model, x)
     if want is not None:
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+@needs_gcc
+@pytest.mark.parametrize("block", BLOCKS)
+@pytest.mark.parametrize("make", [
+    lambda: onnx_models.squeezenet_fires(),
+    lambda: onnx_models.densenet_like(opset=9, stem=64, growth=32),
+], ids=["squeezenet-fires", "densenet-64-32"])
+def test_concatenations_of_blocked_activations_match_at_both_block_widths(make, block):
+    """SqueezeNet's Fire modules (64 + 64 channels, and 24 + 40) and DenseNet's dense layers
+    (64 + 32 + 32) concatenate activations the layout pass keeps blocked: a from_nchwc, the
+    concat and a to_nchwc fuse into one kernel. Its read of the blocked input under the
+    concat's guard, ``in0[n, (8 * cb + ci) // 8, ...]`` where ``8 * cb + ci < 64``, was once
+    refused at call time (the region check bounded it by the whole output), which broke the
+    zoo's SqueezeNet and DenseNet-121 on an AVX2 host; the same at 16 lanes with these widths.
+    Both block widths run on any host (`block_targets`)."""
+    model = make()
+    text, params = convert_model(model, "net")
+    g = tdsl.loads(text)["net"]
+    x = input_for(model)
+    m = g.build(run_target(block), params=params, layout=True)
+    got = m(x)
+    np.testing.assert_allclose(got, g.reference(x, params=params), rtol=1e-4, atol=1e-5)
+    want = run_onnx(model, x)
+    if want is not None:
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    c = m.compiled(x)
+    assert f"NCHW{block}c" in c.layouts.values()
+    fused = [f.ops for f in c.functions if any(op.startswith("concat") for op in f.ops)]
+    assert any(ops[0] == "from_nchwc" and ops[-1] == "to_nchwc" for ops in fused), fused
 
 
 def test_weights_listed_as_inputs_are_weights_and_std_ops_are_used():

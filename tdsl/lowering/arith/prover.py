@@ -17,6 +17,8 @@ keeps the others as symbols.
 """
 from __future__ import annotations
 
+import math
+
 from .. import te
 from ..dtypes import INDEX
 from .linear import Linear, linear
@@ -117,10 +119,14 @@ def _hi(lin: Linear, ctx: Ctx, depth: int) -> int | None:
     # Facts are tried on the expression and one level into its atoms (``x // 13`` under
     # ``x < 91``); deeper they would multiply the work at every level for little gain.
     for f in ctx.facts if depth <= 1 else ():
-        for m in _multipliers(lin, f):
-            h = _upper(lin - f.scale(m), ctx, depth)
-            if h is not None and (best is None or h < best):
-                best = h
+        for s, m in _multipliers(lin, f):
+            # (``ci - 16 * ((ci + 8) // 16)`` left by the fact is ``(ci + 8) % 16 - 8``:
+            # rewritten before ``ci`` is replaced by its range ends, which would lose that)
+            h = _upper(expand_floor_multiples(lin.scale(s) - f.scale(m)), ctx, depth)
+            if h is not None:
+                h //= s                 # s * lin <= h, lin an integer: lin <= floor(h / s)
+                if best is None or h < best:
+                    best = h
     return best
 
 
@@ -129,13 +135,18 @@ def _lo(lin: Linear, ctx: Ctx, depth: int) -> int | None:
     return None if h is None else -h
 
 
-def _multipliers(lin: Linear, fact: Linear) -> set[int]:
-    """Multiples of a fact worth subtracting: those cancelling one of ``lin``'s atoms."""
-    out = {1}
+def _multipliers(lin: Linear, fact: Linear) -> set[tuple[int, int]]:
+    """``(s, m)`` with ``s * lin - m * fact`` worth bounding (then divided by ``s``): those
+    cancelling one of ``lin``'s atoms. ``s > 1`` where the fact's coefficient is not a
+    multiple of ``lin``'s: under ``8 * cb + ci < 64`` (a channel concatenation's guard, in
+    blocks of 8), the simplified block index ``cb + ci // 8`` is bounded by ``8 * cb + 8 *
+    (ci // 8) - (8 * cb + ci - 63) <= 63``, so it is at most 7."""
+    out = {(1, 1)}
     for a, k in lin.terms.items():
         c = fact.terms.get(a)
-        if c and k % c == 0 and k // c > 0:
-            out.add(k // c)
+        if c and (k > 0) == (c > 0):
+            g = math.gcd(k, c)
+            out.add((abs(c) // g, abs(k) // g))
     return out
 
 
