@@ -99,7 +99,7 @@ def bind_sizes(ir: GraphIR, arrays: dict, given: dict | None = None, partial=Fal
             if expect != n:
                 kind = "weight" if v.kind == "param" else "input"
                 raise TdslError(f"{kind} '{name}' has shape {a.shape}, but dimension {d} "
-                                f"must be {dim} = {expect}",
+                                f"must be {expect}{_why(dim, env)}, got {n}",
                                 hint=f"'{name}' is declared [{', '.join(map(str, v.shape))}]"
                                      f" with {sizes_text(sizes)}")
     if not partial:
@@ -108,6 +108,19 @@ def bind_sizes(ir: GraphIR, arrays: dict, given: dict | None = None, partial=Fal
             raise CallError(f"graph {ir.name}: size {missing[0]} is not known from the inputs "
                             f"or weights; give it with shapes={{'{missing[0]}': ...}}")
     return sizes
+
+
+def _why(dim, env) -> str:
+    """Where a dimension's required size comes from: `` (B = 1)``, `` (N + 1 with N = 3)``,
+    nothing for a literal."""
+    if not isinstance(dim, te.Expr):
+        return ""
+    if isinstance(dim, te.Var):
+        return f" ({dim} = {env[dim.name]})"
+    names = sorted({x.name for x in te.walk(dim) if isinstance(x, te.Var)})
+    if not names:
+        return ""
+    return f" ({dim} with {', '.join(f'{k} = {env[k]}' for k in names)})"
 
 
 def sizes_text(sizes) -> str:

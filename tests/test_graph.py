@@ -420,3 +420,21 @@ def test_reductions_keep_their_schedules_with_fused_inputs():
     assert m.compiled(x, z).schedules == ["softmax's", "layer_norm's"]
     for a, b in zip(got, g.reference(x, z, params=p)):
         np.testing.assert_allclose(a, b, **TOL)
+
+
+def test_a_misshaped_input_says_what_the_dimension_must_be_and_why():
+    """Issue 28: "dimension 0 must be 1 = 1" (a literal) and "must be B = 1" (a size)."""
+    mod = tdsl.loads("import std\n"
+                     "graph one(x: f32[1, 4]) -> y: f32[1, 4] {\n    y = relu(x)\n}\n"
+                     "graph batch(x: f32[B, 4], z: f32[2 * B]) -> y: f32[B, 4] {\n"
+                     "    y = relu(x)\n}\n")
+    with pytest.raises(tdsl.TdslError) as info:
+        mod["one"].reference(rand((3, 4)), params={})
+    assert "input 'x' has shape (3, 4), but dimension 0 must be 1, got 3" in str(info.value)
+    with pytest.raises(tdsl.TdslError) as info:
+        mod["batch"].reference(rand((3, 4)), rand(5), params={})
+    assert "input 'z' has shape (5,), but dimension 0 must be 6 (2 * B with B = 3), " \
+           "got 5" in str(info.value), info.value
+    with pytest.raises(tdsl.TdslError) as info:
+        mod["batch"].build(params={}, shapes={"B": 1})(rand((3, 4)), rand(2))
+    assert "dimension 0 must be 1 (B = 1), got 3" in str(info.value), info.value
