@@ -58,9 +58,11 @@ def _counted(mod) -> str:
 
 
 def cmd_ops(args) -> int:
+    """The signatures of the file's own ops, then of its graphs (the standard library's
+    ops for std; never the ops a file imports)."""
     mod = load(args.file)
-    names = mod.own_ops() or sorted(mod)
-    for name in names:
+    names = mod.own_ops() or (sorted(mod) if mod.name == "std" else [])
+    for name in [*names, *mod.graphs()]:
         print(mod[name].signature())
     return 0
 
@@ -423,7 +425,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("files", nargs="+", metavar="FILE")
     c.set_defaults(run=cmd_check)
 
-    o = sub.add_parser("ops", help="list each op's signature")
+    o = sub.add_parser("ops", help="list the signatures of FILE's ops and graphs")
     o.add_argument("file", metavar="FILE")
     o.set_defaults(run=cmd_ops)
 

@@ -15,7 +15,7 @@ import numpy as np
 
 from .emit_c.kernel import build_kernel
 from .errors import BuildError, CallError, ScheduleError, TdslError
-from .frontend import ast
+from .frontend import ast, unparse
 from .frontend.program import std_program
 from .frontend.schedules import to_schedule
 from .graph_weights import bind_sizes, check_inputs, load_params, sizes_text
@@ -57,6 +57,10 @@ class Graph:
     @property
     def params(self) -> list[str]:
         return list(self.ir.params)
+
+    def signature(self) -> str:
+        """``graph mlp(x: f32[B, 784]) -> y: f32[B, 10]; params w1: f32[784, 128], ...``"""
+        return unparse.graph_signature(self.module.program.graphs[self.name])
 
     def __repr__(self) -> str:
         return f"<tdsl.Graph {self.name}: {len(self.ir.nodes)} ops>"

@@ -310,3 +310,24 @@ def test_a_bad_attr_value_is_an_error_not_a_traceback(capsys, tmp_path, command,
 def test_attr_values_take_python_bool_spellings(text, value):
     parsed = cli.parse_attrs([f"a={text}"])["a"]
     assert parsed == value and type(parsed) is type(value)
+
+
+def test_ops_of_a_graph_file_lists_its_graphs_not_the_imports(capsys, tmp_path):
+    """Issue 28: a file with only a graph listed every signature it imports."""
+    path = tmp_path / "g.tdsl"
+    path.write_text("import std\n"
+                    "op twice(X: f32[N]) -> Y: f32[N] { Y[i] = X[i] * 2.0 }\n"
+                    "graph g(x: f32[B, 4]) -> (y: f32[B, 4], z: f32[B, 4]) {\n"
+                    "    param b: f32[4]\n    y = relu(x)\n    z = relu(y)\n}\n"
+                    "graph h(x: f32[4]) -> y: f32[4] {\n    y = twice(x)\n}\n")
+    code, out, err = main(capsys, "ops", path)
+    assert code == 0, err
+    assert out.splitlines() == [
+        "twice(X: f32[N]) -> Y: f32[N]",
+        "graph g(x: f32[B, 4]) -> (y: f32[B, 4], z: f32[B, 4]); params b: f32[4]",
+        "graph h(x: f32[4]) -> y: f32[4]"]
+    only = tmp_path / "only.tdsl"
+    only.write_text("import std\ngraph g(x: f32[B, 4]) -> y: f32[B, 4] {\n"
+                    "    y = relu(x)\n}\n")
+    code, out, err = main(capsys, "ops", only)
+    assert code == 0 and out == "graph g(x: f32[B, 4]) -> y: f32[B, 4]\n", out

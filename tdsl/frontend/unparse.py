@@ -69,6 +69,22 @@ def signature(op: ast.OpDef) -> str:
     return f"{op.name}({params}{'; ' + attrs if attrs else ''}) -> {outs}"
 
 
+def graph_signature(g: ast.GraphDef) -> str:
+    """``graph mlp(x: f32[B, 784]) -> y: f32[B, 10]; params w1: f32[784, 128], b1: f32[128]``
+    (the weights its ``param`` statements declare, in source order)."""
+    weights = ", ".join(f"{s.name}: {type_text(s.type)}" for s in g.body
+                        if isinstance(s, ast.GraphParam))
+    return _graph_head(g) + (f"; params {weights}" if weights else "")
+
+
+def _graph_head(g: ast.GraphDef) -> str:
+    ps = ", ".join(f"{p.name}: {type_text(p.type)}" for p in g.params)
+    outs = ", ".join(f"{p.name}: {type_text(p.type)}" for p in g.outputs)
+    if len(g.outputs) > 1:
+        outs = f"({outs})"
+    return f"graph {g.name}({ps}) -> {outs}"
+
+
 def module(m: ast.Module) -> str:
     return "\n\n".join(item(i) for i in m.items) + "\n"
 
@@ -83,13 +99,9 @@ def item(node) -> str:
         case ast.ScheduleDef(op, target, name, body):
             head = f"schedule {op} for {target}" + ("" if name == "default" else f" as {name}")
             return head + " {\n" + _block(body, "    ") + "\n}"
-        case ast.GraphDef(name, params, outputs, body):
-            ps = ", ".join(f"{p.name}: {type_text(p.type)}" for p in params)
-            outs = ", ".join(f"{p.name}: {type_text(p.type)}" for p in outputs)
-            if len(outputs) > 1:
-                outs = f"({outs})"
+        case ast.GraphDef(body=body):
             lines = "\n".join("    " + statement(s) for s in body)
-            return f"graph {name}({ps}) -> {outs} {{\n{lines}\n}}"
+            return f"{_graph_head(node)} {{\n{lines}\n}}"
     raise AssertionError(f"can't unparse {type(node).__name__}")
 
 
