@@ -1,6 +1,7 @@
 """Builds and calls that the reference refuses are refused by kernels too, at build time
 where the mistake is already visible then (issue 9): a schedule applied to another op,
 attributes that make a size undefined."""
+import math
 import shutil
 
 import numpy as np
@@ -8,6 +9,7 @@ import pytest
 
 import tdsl
 from tdsl.errors import CallError, ScheduleError
+from tdsl.lowering.dtypes import to_numpy
 
 needs_gcc = pytest.mark.skipif(shutil.which("gcc") is None, reason="gcc is not installed")
 
@@ -153,3 +155,165 @@ def test_a_rank_generic_op_builds_without_naming_the_rank():
 def test_sizes_given_by_name_are_checked(value):
     with pytest.raises(CallError, match=r"shapes\['N'\] must be a non-negative integer"):
         tdsl.loads(TWO_OPS)["double"].lower(shapes={"N": value})
+
+
+# --------------------------------------------------------------------------- issue 28
+# A float cast to an integer type truncates toward zero and saturates to the type's range;
+# NaN gives 0 (docs/semantics.md, "Casts"). C leaves `(int32_t)x` undefined there, and the
+# machines disagreed: x86 (reference, host C, PoCL) gave INT_MIN, Arm saturated, RISC-V took
+# NaN to INT_MAX.
+
+CAST_TYPES = ("i8", "i16", "i32", "i64", "u8")
+CASTS = "\n".join(
+    f"op cast_{f}(X: {f}[N]) -> ({', '.join(f'Y{t}: {t}[N]' for t in CAST_TYPES)}) {{\n"
+    + "\n".join(f"    Y{t}[i] = {t}(X[i])" for t in CAST_TYPES) + "\n}"
+    for f in ("f32", "f64"))
+CAST_EDGES = [math.inf, -math.inf, math.nan, -math.nan, 3e9, -3e9, 1e20, -1e20, 0.0, -0.0,
+              -0.5, 0.5, -0.99, 1.5, -1.5, 2.0 ** 31, 2.0 ** 31 - 128, 2.0 ** 31 - 1,
+              2.0 ** 31 - 0.5, -2.0 ** 31, -2.0 ** 31 - 1, -2.0 ** 31 - 256, 127.5, 128.0,
+              -128.5, -129.0, 255.5, 256.0, -1.0, 32767.5, 32768.0, -32768.9, -32769.0,
+              2.0 ** 63, -2.0 ** 63, 2.0 ** 63 - 2 ** 39, 2.0 ** 62, 1e-30, -1e-30]
+
+
+def _saturated(x: float, dtype: str) -> int:
+    """The rule, written independently of tdsl: trunc, clamp, NaN -> 0."""
+    info = np.iinfo(to_numpy(dtype))
+    if x != x:
+        return 0
+    if math.isinf(x):
+        return int(info.max) if x > 0 else int(info.min)
+    return min(max(math.trunc(x), int(info.min)), int(info.max))
+
+
+def _cast_case(f: str):
+    x = np.array(CAST_EDGES * 2, dtype=to_numpy(f))[:67]        # 67: past any vector width, with a tail
+    want = [np.array([_saturated(float(v), t) for v in x], to_numpy(t)) for t in CAST_TYPES]
+    return tdsl.loads(CASTS)[f"cast_{f}"], x, want
+
+
+def _check_casts(got, want, where):
+    for t, g, w in zip(CAST_TYPES, got, want):
+        assert g.dtype == w.dtype, (where, t)
+        np.testing.assert_array_equal(g, w, err_msg=f"{where}: {t}(x)")
+
+
+@pytest.mark.parametrize("f", ["f32", "f64"])
+def test_float_to_int_casts_saturate_in_the_reference_and_interpreter(f):
+    from tdsl.lowering import interp
+    op, x, want = _cast_case(f)
+    _check_casts(op.reference(x), want, "reference")
+    _check_casts(interp.run(op.lower(), [x]), want, "interpreter")
+
+
+@needs_gcc
+@pytest.mark.parametrize("f", ["f32", "f64"])
+def test_float_to_int_casts_saturate_in_host_c(f):
+    op, x, want = _cast_case(f)
+    _check_casts(op.build()(x), want, "host C")
+    _check_casts(op.build(shapes={"N": x.size})(x), want, "host C, N fixed")
+
+
+VECTOR_CASTS = """
+op vcast(X: f32[N]) -> (A: i32[N], B: u8[N], C: i8[N]) {
+    A[i] = i32(X[i])
+    B[i] = u8(X[i])
+    C[i] = i8(X[i] * 2.0)
+}
+schedule vcast for cpu {
+    io, ii = split(A.i, 8)
+    vectorize(ii)
+    jo, ji = split(B.i, 16)
+    vectorize(ji)
+    ko, ki = split(C.i, 4)
+    vectorize(ki)
+}
+"""
+
+
+@needs_gcc
+def test_vectorized_float_to_int_casts_saturate():
+    op = tdsl.loads(VECTOR_CASTS)["vcast"]
+    x = np.array(CAST_EDGES * 2, np.float32)[:67]
+    want = [np.array([_saturated(float(v), t) for v in x], to_numpy(t)) for t in ("i32", "u8")]
+    want.append(np.array([_saturated(float(np.float32(v) * np.float32(2)), "i8") for v in x],
+                         np.int8))
+    for where, got in [("reference", op.reference(x)), ("host C", op.build()(x))]:
+        for g, w in zip(got, want):
+            np.testing.assert_array_equal(g, w, err_msg=where)
+
+
+def test_casts_from_integers_and_constants_need_no_clamp():
+    """The fast path: an integer source is the plain C cast, a constant folds; the helper
+    is emitted only for a float source, once per pair of types."""
+    from tdsl.emit_c.c import emit_c
+    m = tdsl.loads("""
+op widen(X: i8[N]) -> Y: i32[N] { Y[i] = i32(X[i]) + i32(u8(X[i])) }
+op consts(X: i32[N]) -> Y: i32[N] { Y[i] = X[i] + i32(f32(N) * 1e10) }
+op twice(X: f32[N]) -> Y: i32[N] { Y[i] = i32(X[i]) + i32(X[i] * 2.0) }
+""")
+    assert "tdsl_f32_to" not in emit_c(m["widen"].lower()).source
+    src = emit_c(m["twice"].lower()).source
+    assert src.count("tdsl_f32_to_i32(float x)") == 1 and "tdsl_f32_to_i32(X" in src
+    from tdsl.lowering.arith.simplify import fold_constants
+    from tdsl.lowering import te
+    for value, dtype, want in [(3e9, "i32", 2 ** 31 - 1), (math.nan, "i8", 0),
+                               (-math.inf, "u8", 0), (-1e20, "i64", -2 ** 63)]:
+        folded = fold_constants(te.Cast(te.Const(value, "f32"), dtype), None)
+        assert folded == te.Const(want, dtype)
+
+
+def test_float_to_int_casts_saturate_under_opencl():
+    from tdsl.emit_opencl import unavailable_reason
+    if unavailable_reason() is not None:
+        pytest.skip(f"OpenCL: {unavailable_reason()}")
+    op, x, want = _cast_case("f32")
+    _check_casts(op.build(target="opencl")(x), want, "OpenCL")
+
+
+def test_float_to_int_casts_saturate_under_cuda():
+    """Where no GPU is here: the helpers at least compile with nvcc, device and host."""
+    import shutil as sh
+    from tdsl.emit_cuda import emit_cuda, unavailable_reason
+    op, x, want = _cast_case("f32")
+    if unavailable_reason() is None:
+        _check_casts(op.build(target="cuda")(x), want, "CUDA")
+        return
+    if sh.which("nvcc") is None:
+        pytest.skip(f"CUDA: {unavailable_reason()}")
+    import subprocess
+    import tempfile
+    target = tdsl.Target("cuda")
+    src = emit_cuda(op.lower(target=target), target=target).source
+    assert "tdsl_f32_to_i32(X" in src
+    with tempfile.TemporaryDirectory() as d:
+        path = f"{d}/casts.cu"
+        with open(path, "w") as fh:
+            fh.write(src)
+        subprocess.run(["nvcc", "-c", path, "-o", f"{d}/casts.o"], check=True)
+
+
+@pytest.mark.parametrize("spec", ["c-embedded", "c-embedded -march=armv8-a",
+                                  "c-embedded -mtriple=arm-linux-gnueabihf",
+                                  "c-embedded -march=rv64gc", "c-embedded -mcpu=cortex-m4",
+                                  "c-embedded -mcpu=cortex-m3"])
+def test_float_to_int_casts_saturate_on_embedded_targets(spec):
+    """Under qemu: Arm saturated in hardware already, RISC-V took NaN to INT_MAX, and
+    Cortex-M3 (no FPU) converts in libgcc; all now give the one rule."""
+    from embedded_cases import target_or_skip
+    target = target_or_skip(spec)
+    for f in ("f32", "f64"):
+        op, x, want = _cast_case(f)
+        _check_casts(op.build(target, shapes={"N": x.size})(x), want, f"{spec} {f}")
+
+
+def test_host_c_casts_on_armv8_under_qemu():
+    from tdsl.emulate import missing_tool, run_host_c
+    try:
+        target = tdsl.Target("c -march=armv8-a")
+    except tdsl.TdslError as exc:
+        pytest.skip(str(exc))
+    if missing_tool(target):
+        pytest.skip(missing_tool(target))
+    op, x, want = _cast_case("f32")
+    _check_casts(run_host_c(op.lower(None, {"N": x.size}, target=target), target, [x]),
+                 want, "host C on armv8-a")

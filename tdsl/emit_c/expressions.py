@@ -8,7 +8,8 @@ are left-associative, so the right operand of ``-`` at equal precedence keeps th
 Semantics kept from the tensor-expression IR: ``//`` and ``%`` floor (see `helpers`);
 integer ``/`` means ``//``; narrow integer results are cast back to their type, since C
 computes ``i8 + i8`` in ``int`` and numpy wraps; a ``Select`` evaluates only the branch
-it takes.
+it takes; a float cast to an integer type saturates and takes NaN to 0 (C leaves it
+undefined outside the range), while integer sources keep the plain C cast.
 """
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import math
 
 from ..errors import BuildError
 from ..lowering import te
-from ..lowering.dtypes import is_float, to_c
+from ..lowering.dtypes import cast_array, is_float, is_int, to_c, to_numpy
 from ..lowering.loop_ir import Buffer, BufferLoad, Ramp, ReadFault, split_dtype
 from .helpers import Helpers
 from .lanes import LaneOf, contiguous_base, flat_offset, lanes_of
@@ -148,6 +149,11 @@ class CExpressionPrinter:
     def visit_Cast(self, e: te.Cast):
         if e.a.dtype == e.dtype:
             return self._dispatch(e.a)(e.a)
+        if is_float(e.a.dtype) and is_int(e.dtype):       # saturates, NaN -> 0 (helpers)
+            if isinstance(e.a, te.Const):
+                value = int(cast_array(to_numpy(e.a.dtype).type(e.a.value), e.dtype))
+                return c_literal(value, e.dtype)
+            return f"{self.helpers.to_int_sat(e.a.dtype, e.dtype)}({self.expr(e.a)})", POSTFIX
         return f"({to_c(e.dtype)}){self.expr(e.a, UNARY)}", UNARY
 
     def visit_Intrinsic(self, e: te.Intrinsic):

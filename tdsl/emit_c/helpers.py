@@ -14,7 +14,7 @@ Each helper pins down a semantic C leaves open or gets wrong for tdsl:
 """
 from __future__ import annotations
 
-from ..lowering.dtypes import FLOATS, to_c
+from ..lowering.dtypes import FLOATS, int_range, saturation_top, to_c
 
 _FLOOR_INT = """\
 {q} int64_t tdsl_floordiv_i64(int64_t a, int64_t b) {{
@@ -90,6 +90,21 @@ typedef {it} {mv} __attribute__((vector_size({bytes})));
 }}"""
 
 _ABS_INT = "{q} {t} tdsl_abs_{d}({t} a) {{ return a < 0 ? ({t})-a : a; }}"
+
+# A float to an integer type: truncate toward zero, saturate to the type's range, NaN -> 0
+# (docs/semantics.md; C leaves the conversion undefined outside the range, and x86, Arm and
+# RISC-V give three different answers). The value is clamped in floats first, so the C
+# conversion only ever sees a value in range; {top} is the largest float not above the
+# maximum, and where that is below it (2**31 - 128 for f32 -> i32) the values at or past
+# 2**(bits-1) take the maximum by a select. Selects only: gcc vectorizes a lane loop of it
+# (max, min, convert, compare, blend).
+_TO_INT_SAT = """\
+{q} {it} tdsl_{d}_to_{id}({t} x) {{
+    {t} c = x > {lo_f} ? x : {lo_f};
+    c = c < {top} ? c : {top};
+    {it} r = ({it})c;{past}
+    return x != x ? 0 : r;
+}}"""
 
 _SIGMOID = "{q} {t} tdsl_sigmoid_{d}({t} x) {{ return 1 / (1 + {exp}(-x)); }}"
 
@@ -252,6 +267,22 @@ def element_size(dtype: str) -> int:
     return _SIZES[dtype]
 
 
+def _float_literal(value, dtype: str) -> str:
+    """A finite float constant exactly (repr round-trips; f32 values are exact doubles)."""
+    text = repr(float(value)) + _suffix(dtype)
+    return f"({text})" if text.startswith("-") else text
+
+
+def _int_literal(value: int) -> str:
+    """An integer constant of any tdsl type; the minima are spelled so that no literal
+    overflows (``-2147483648`` is ``-(2147483648)``, a long)."""
+    if value == -2**63:
+        return "INT64_MIN"
+    if value == 2**63 - 1:
+        return "INT64_MAX"
+    return "(-2147483647 - 1)" if value == -2**31 else str(value)
+
+
 def _suffix(dtype: str) -> str:
     return "f" if dtype == "f32" else ""
 
@@ -298,6 +329,17 @@ class Helpers:
     def abs_int(self, dtype: str) -> str:
         self._add(f"abs_{dtype}", _ABS_INT, dtype)
         return f"tdsl_abs_{dtype}"
+
+    def to_int_sat(self, float_dtype: str, int_dtype: str) -> str:
+        """The saturating float-to-integer conversion (`_TO_INT_SAT`) for one pair."""
+        lo, hi = int_range(int_dtype)
+        top = saturation_top(float_dtype, int_dtype)
+        past = "" if top >= hi else \
+            f"\n    r = x >= {_float_literal(hi + 1, float_dtype)} ? {_int_literal(hi)} : r;"
+        self._add(f"to_int_{float_dtype}_{int_dtype}", _TO_INT_SAT, float_dtype,
+                  it=to_c(int_dtype), id=int_dtype, lo_f=_float_literal(lo, float_dtype),
+                  top=_float_literal(top, float_dtype), past=past)
+        return f"tdsl_{float_dtype}_to_{int_dtype}"
 
     def sigmoid(self, dtype: str) -> str:
         exp = self.exp(dtype)

@@ -57,3 +57,48 @@ def canonical_bools(arr: np.ndarray) -> np.ndarray:
         return arr
     raw = arr.view(np.uint8)
     return arr if raw.max() <= 1 else raw != 0
+
+
+# ------------------------------------------------------------------ float -> integer casts
+# One rule on every target (docs/semantics.md, "Casts"): a float cast to an integer type
+# truncates toward zero and saturates to the type's range; NaN gives 0. C leaves the
+# conversion undefined outside the range, and the hardware disagrees (x86 gives INT_MIN,
+# Arm saturates, RISC-V saturates NaN to INT_MAX), so every backend spells the rule out.
+
+def int_range(dtype: str) -> tuple[int, int]:
+    """The smallest and largest value of an integer type."""
+    info = np.iinfo(to_numpy(dtype))
+    return int(info.min), int(info.max)
+
+
+def saturation_top(float_dtype: str, int_dtype: str) -> float:
+    """The largest value of ``float_dtype`` not above the integer type's maximum: the upper
+    clamp before converting (2**31 - 1 is no f32; 2**31 - 128 is the f32 below 2**31)."""
+    hi = int_range(int_dtype)[1]
+    f = to_numpy(float_dtype).type
+    top = f(hi)
+    while int(top) > hi:
+        top = np.nextafter(top, f(0))
+    return float(top)
+
+
+def saturating_cast(x, int_dtype: str) -> np.ndarray:
+    """numpy floats ``x`` as ``int_dtype`` under the rule above (numpy's own ``astype`` is
+    undefined there and gives INT_MIN on x86)."""
+    x = np.asarray(x)
+    lo, hi = int_range(int_dtype)
+    top = saturation_top(from_numpy(x.dtype) or "f64", int_dtype)
+    with np.errstate(invalid="ignore"):
+        c = np.clip(np.where(np.isnan(x), 0, x), lo, top).astype(to_numpy(int_dtype))
+        if top < hi:        # past the last float below the maximum: the maximum itself
+            c = np.where(x >= x.dtype.type(hi + 1), to_numpy(int_dtype).type(hi), c)
+    return c
+
+
+def cast_array(x, dtype: str) -> np.ndarray:
+    """``x`` (a numpy value) as ``dtype`` with tdsl's cast rules: float to integer saturates
+    (`saturating_cast`), everything else is numpy's conversion (integers wrap)."""
+    x = np.asarray(x)
+    if x.dtype.kind == "f" and is_int(dtype):
+        return saturating_cast(x, dtype)
+    return x.astype(to_numpy(dtype))

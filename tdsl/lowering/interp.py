@@ -24,7 +24,7 @@ from numpy.lib.stride_tricks import as_strided
 
 from ..errors import CallError
 from . import sizes, te
-from .dtypes import INDEX, from_numpy, is_float, to_numpy
+from .dtypes import INDEX, cast_array, from_numpy, is_float, to_numpy
 from .loop_ir import (AddressOf, Allocate, Barrier, Broadcast, BufferLoad, Call, Evaluate, For,
                       If, LetStmt, LoweredFunc, Ramp, ReadFault, Seq, Store, split_dtype)
 from .loop_printer import format_buffer
@@ -282,11 +282,10 @@ def _lowered(intrin) -> LoweredFunc:
 def _cast(x, dtype: str):
     base, lanes = split_dtype(dtype)
     if base == INDEX and lanes == 1 and np.ndim(x) == 0:
-        return int(x)
-    np_t = to_numpy(base)
+        return int(cast_array(x, base)) if isinstance(x, (float, np.floating)) else int(x)
     if np.ndim(x) == 0:
-        return np.asarray(x).astype(np_t)[()]
-    return np.asarray(x).astype(np_t)
+        return cast_array(x, base)[()]
+    return cast_array(x, base)      # float -> int saturates
 
 
 def _binary(op: str, a, b, dtype: str):

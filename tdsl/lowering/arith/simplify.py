@@ -23,7 +23,7 @@ from typing import Callable
 import numpy as np
 
 from .. import te
-from ..dtypes import INDEX, is_float, to_numpy
+from ..dtypes import INDEX, cast_array, is_float, is_int, to_numpy
 from ..loop_ir import BufferLoad
 from .linear import Linear, linear
 
@@ -107,8 +107,10 @@ def fold_constants(e: te.Expr, bound: Bound | None) -> te.Expr | None:
             return _const(-a, dt)
         case te.Unary("not", te.Const(a)):
             return _const(not a, "bool")
+        case te.Cast(te.Const(a), dt) if is_float(e.a.dtype) and is_int(dt):
+            return _const(int(cast_array(to_numpy(e.a.dtype).type(a), dt)), dt)  # saturates
         case te.Cast(te.Const(a), dt):
-            return _const(a, dt)                           # numpy truncates like C does
+            return _const(a, dt)                           # integers wrap
         case te.Select(te.Const(c), t, f):
             return t if c else f                          # select(true, t, f) -> t
     return None

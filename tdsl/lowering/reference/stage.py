@@ -25,7 +25,7 @@ import numpy as np
 
 from ...errors import CallError
 from .. import te
-from ..dtypes import is_float, is_int, to_numpy
+from ..dtypes import cast_array, is_float, is_int, to_numpy
 from ..quantize import multiply_by_quantized_multiplier
 from .views import Axis, OutOfRange, affine, gather, strided_view
 
@@ -179,7 +179,7 @@ class Evaluator:
         return np.where(c, t, f)
 
     def _Cast(self, e: te.Cast, mask):
-        return self.eval(e.a, mask).astype(to_numpy(e.dtype))
+        return cast_array(self.eval(e.a, mask), e.dtype)     # float -> int saturates
 
     def _Intrinsic(self, e: te.Intrinsic, mask):
         return _INTRINSICS[e.name](*(self.eval(a, mask) for a in e.args))
