@@ -10,12 +10,13 @@ every error a user can cause; ``tdsl.Target("c -march=x86-64-v3")`` is what code
 """
 __version__ = "0.1.0"
 
-from .errors import CallError, CheckError, ParseError, ScheduleError, TdslError  # noqa: E402
+from .errors import (CallError, CheckError, ParseError, ScheduleError, TdslError,  # noqa: E402
+                     TdslWarning)
 from .target import Target, TargetError, as_target  # noqa: E402
 from .api import Graph, GraphModule, Module, Op, load, loads  # noqa: E402
 
 __all__ = ["Target", "TargetError", "as_target", "TdslError", "ParseError", "CheckError",
-           "ScheduleError", "CallError", "Module", "Graph", "GraphModule",
+           "ScheduleError", "CallError", "TdslWarning", "Module", "Graph", "GraphModule",
            "Op", "load", "loads", "stdlib", "__version__"]
 
 

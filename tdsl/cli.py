@@ -31,7 +31,13 @@ def cmd_check(args) -> int:
     status = 0
     for path in args.files:
         try:
-            mod = load(path)
+            with warnings.catch_warnings(record=True) as warned:
+                warnings.simplefilter("always")     # each file's own, even if seen before
+                try:
+                    mod = load(path)
+                finally:
+                    for w in warned:            # a line each (unused params, ...)
+                        print(f"warning: {w.message}", file=sys.stderr)
             found = application_errors(mod.program)   # every schedule block, applied
             if found:
                 raise found[0] if len(found) == 1 else ErrorList(found)
@@ -44,7 +50,9 @@ def cmd_check(args) -> int:
             print(f"{path}: 1 error", file=sys.stderr)
             status = 1
         else:
-            print(f"{path}: ok ({_counted(mod)})")
+            n = len(warned)
+            print(f"{path}: ok ({_counted(mod)}"
+                  + (f", {n} warning{'s' * (n != 1)}" if n else "") + ")")
     return status
 
 

@@ -45,6 +45,11 @@ class Span:
         return f"    {text}\n    {' ' * (self.col - 1)}{'^' * width}"
 
 
+class TdslWarning(UserWarning):
+    """Something legal that is probably a mistake (an unused graph ``param``); its message
+    starts with file:line:col. `tdsl check` prints each as a line."""
+
+
 class TdslError(Exception):
     """Base of every error a user can cause."""
     phase = "error"

@@ -331,3 +331,13 @@ def test_ops_of_a_graph_file_lists_its_graphs_not_the_imports(capsys, tmp_path):
                     "    y = relu(x)\n}\n")
     code, out, err = main(capsys, "ops", only)
     assert code == 0 and out == "graph g(x: f32[B, 4]) -> y: f32[B, 4]\n", out
+
+
+def test_check_prints_a_line_for_an_unused_graph_param(capsys, tmp_path):
+    path = tmp_path / "unused.tdsl"
+    path.write_text("import std\ngraph g(x: f32[B, 4]) -> y: f32[B, 4] {\n"
+                    "    param w: f32[4, 4]\n    y = relu(x)\n}\n")
+    for _ in range(2):          # every run says it, not only the first in a process
+        code, out, err = main(capsys, "check", path)
+        assert code == 0 and f"{path}: ok (0 ops, 1 graph, 1 warning)" in out, out
+        assert err == f"warning: {path}:3:5: param 'w' of graph g is never used\n", err

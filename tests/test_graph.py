@@ -438,3 +438,20 @@ def test_a_misshaped_input_says_what_the_dimension_must_be_and_why():
     with pytest.raises(tdsl.TdslError) as info:
         mod["batch"].build(params={}, shapes={"B": 1})(rand((3, 4)), rand(2))
     assert "dimension 0 must be 1 (B = 1), got 3" in str(info.value), info.value
+
+
+def test_an_unused_param_is_a_warning_at_its_place():
+    """Issue 28: a `param` no op reads (a weight loaded for nothing) passed in silence."""
+    text = ("import std\ngraph g(x: f32[B, 4]) -> y: f32[B, 4] {\n"
+            "    param w: f32[4, 4]\n    param b: f32[4]\n    y = relu(x)\n}\n")
+    with pytest.warns(tdsl.TdslWarning) as record:
+        g = tdsl.loads(text, "unused.tdsl")["g"]
+    assert [str(w.message) for w in record] == [
+        "unused.tdsl:3:5: param 'w' of graph g is never used",
+        "unused.tdsl:4:5: param 'b' of graph g is never used"]
+    assert g.params == ["w", "b"]               # still params: a warning, not an error
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")          # the example models use every param
+        for name in ("mlp", "small_cnn", "mobilenet_block", "kws_dscnn_int8"):
+            load(name)

@@ -10,8 +10,9 @@ on a broken statement.
 from __future__ import annotations
 
 import difflib
+import warnings
 
-from ..errors import CheckError, ErrorList, TdslError
+from ..errors import CheckError, ErrorList, TdslError, TdslWarning
 from ..lowering import te
 from ..lowering.arith.linear import normal_form
 from ..lowering.dtypes import DTYPES, INDEX
@@ -57,9 +58,19 @@ class _Checker:
             self._safe(lambda o=out: self._output(o))
         if self.errors:
             raise self.errors[0] if len(self.errors) == 1 else ErrorList(self.errors)
+        self._warn_unused(params)
         return Graph(g.name, tuple(p.name for p in g.params), tuple(params),
                      tuple(self.nodes), tuple(o.name for o in g.outputs),
                      tuple(self.values.items()), tuple(self.sizes), g.span)
+
+    def _warn_unused(self, params: list[str]) -> None:
+        """A ``param`` no op reads and no output names: a weight loaded for nothing, most
+        likely a call that was meant to take it."""
+        used = {i for n in self.nodes for i in n.inputs} | {o.name for o in self.gdef.outputs}
+        for name in params:
+            if name not in used:
+                warnings.warn(TdslWarning(f"{self.spans[name]}: param '{name}' of graph "
+                                          f"{self.gdef.name} is never used"), stacklevel=2)
 
     def _safe(self, fn):
         try:
