@@ -318,13 +318,15 @@ def test_ops_of_a_graph_file_lists_its_graphs_not_the_imports(capsys, tmp_path):
     path.write_text("import std\n"
                     "op twice(X: f32[N]) -> Y: f32[N] { Y[i] = X[i] * 2.0 }\n"
                     "graph g(x: f32[B, 4]) -> (y: f32[B, 4], z: f32[B, 4]) {\n"
-                    "    param b: f32[4]\n    y = relu(x)\n    z = relu(y)\n}\n"
+                    "    param w: f32[4, 4]\n    param b: f32[4]\n    y = dense(x, w, b)\n"
+                    "    z = relu(y)\n}\n"
                     "graph h(x: f32[4]) -> y: f32[4] {\n    y = twice(x)\n}\n")
     code, out, err = main(capsys, "ops", path)
     assert code == 0, err
     assert out.splitlines() == [
         "twice(X: f32[N]) -> Y: f32[N]",
-        "graph g(x: f32[B, 4]) -> (y: f32[B, 4], z: f32[B, 4]); params b: f32[4]",
+        "graph g(x: f32[B, 4]) -> (y: f32[B, 4], z: f32[B, 4]); params w: f32[4, 4], "
+        "b: f32[4]",
         "graph h(x: f32[4]) -> y: f32[4]"]
     only = tmp_path / "only.tdsl"
     only.write_text("import std\ngraph g(x: f32[B, 4]) -> y: f32[B, 4] {\n"
