@@ -27,6 +27,7 @@ from .lowering.intrinsics import INTRINSICS
 from .lowering.lower import lower
 from .lowering.reference.semantics import evaluate
 from .lowering.schedule import CacheWrite
+from .lowering.sizes import check_allocation, empty as checked_empty, nbytes as exact_nbytes
 from .target import Target, as_target
 from .tuner.log import Workload, best_record, read_log
 
@@ -339,13 +340,17 @@ class GraphModule:
         ir = self.graph.ir
         compiled = CompiledGraph(self.graph, self._weights, sizes, self._fuse, self._fold,
                                  self._target, self._blocked, self._winograd)
+        # what this call allocates, checked before anything is compiled or allocated
+        staged = {name: (ir.shape_of(name, sizes), to_numpy(ir.value(name).dtype),
+                         f"{'input' if name in ir.inputs else 'output'} '{name}' of graph "
+                         f"{ir.name}") for name in (*ir.inputs, *ir.outputs)}
+        for shape, dtype, what in staged.values():
+            check_allocation(shape, dtype, what)
+        arena_what = f"the arena of graph {ir.name}'s intermediates"
+        check_allocation((compiled.plan.peak_bytes + memory.ALIGN,), np.uint8, arena_what)
         compiled.build(self.graph.module, self._target, self._flags, self._tuning_log)
-        arena = _aligned_empty(compiled.plan.peak_bytes)
-        buffers = {}
-        for name in ir.inputs:
-            buffers[name] = np.empty(ir.shape_of(name, sizes), to_numpy(ir.value(name).dtype))
-        for name in ir.outputs:
-            buffers[name] = np.empty(ir.shape_of(name, sizes), to_numpy(ir.value(name).dtype))
+        arena = _aligned_empty(compiled.plan.peak_bytes, arena_what)
+        buffers = {name: checked_empty(*staged[name]) for name in (*ir.inputs, *ir.outputs)}
         for slot in compiled.plan.slots:
             v = compiled.ir.value(slot.name)
             dtype = to_numpy(v.dtype)
@@ -423,12 +428,11 @@ def _schedule_for(f: compose.FusedFunction, module, target: Target):
 
 
 def _nbytes(ir: GraphIR, v: str, sizes) -> int:
-    n = int(np.prod(ir.shape_of(v, sizes), dtype=np.int64))
-    return n * to_numpy(ir.value(v).dtype).itemsize
+    return exact_nbytes(ir.shape_of(v, sizes), to_numpy(ir.value(v).dtype))   # no int64 wrap
 
 
-def _aligned_empty(nbytes: int) -> np.ndarray:
-    raw = np.empty(nbytes + memory.ALIGN, np.uint8)
+def _aligned_empty(nbytes: int, what: str = "an arena") -> np.ndarray:
+    raw = checked_empty((nbytes + memory.ALIGN,), np.uint8, what)
     start = -raw.ctypes.data % memory.ALIGN
     return raw[start:start + nbytes]
 

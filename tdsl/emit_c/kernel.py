@@ -8,10 +8,14 @@ never a crash or a silently wrong answer:
   caller's back or read as garbage). The error says how to convert.
 - Rank-0 (scalar) parameters also take Python ``bool``/``int``/``float`` and numpy scalars,
   passed by value; an int must fit the parameter's type.
-- A non-contiguous or misaligned input is copied (``np.require``), since the kernel indexes
-  dense row-major memory. An ``out=`` array is never copied (the result would be lost): it
-  must be C-contiguous, writeable, of the right dtype and shape, and overlap no input and
-  no other output.
+- A non-contiguous or misaligned input is copied, since the kernel indexes dense row-major
+  memory: after the sizes are bound and the outputs' bytes checked, and refused like an
+  output (`sizes.contiguous`) where the copy could not fit. An ``out=`` array is never
+  copied (the result would be lost): it must be C-contiguous, writeable, of the right
+  dtype and shape, and overlap no input and no other output.
+- An output, or an input's copy, larger than this process could ever hold is a `CallError`
+  naming it, its shape and its bytes, before anything is allocated (`sizes.check_allocation`,
+  exact in Python ints: sizes whose product overflows int64 too).
 - Sizes (``func.shape_vars``) are bound from the inputs' shapes by the one size binder the
   reference uses too (`lowering.sizes`), with its words. A size fixed at build time is a
   constant in the C code; the arrays must agree with it.
@@ -114,8 +118,18 @@ class Kernel:
             bound = self._bound[key] = ([env[v.name] for v in self._free_sizes],
                                         [self._output_shape(b, env) for b in self._outputs])
         free_sizes, shapes = bound
+        # copies of strided inputs only now that the sizes and outputs are known to be sane
+        # (a broadcast view of 2**31 elements is small; its dense copy may not fit)
+        for i, a in enumerate(inputs):
+            if isinstance(a, np.ndarray) and not (a.flags.c_contiguous and a.flags.aligned):
+                inputs[i] = sizes.contiguous(a, f"the dense copy of argument "
+                                                f"'{self._inputs[i].name}' of '{self.func.name}'")
         if out is None:
-            outputs = list(map(np.empty, shapes, self._out_dtypes))
+            try:
+                outputs = list(map(np.empty, shapes, self._out_dtypes))
+            except MemoryError:         # fits the machine, not its free memory now: named
+                outputs = [sizes.empty(s, d, f"output '{b.name}' of '{self.func.name}'")
+                           for b, s, d in zip(self._outputs, shapes, self._out_dtypes)]
         else:
             outputs = self._checked_out(out, shapes, inputs)
         args = list(map(self._marshal, self._c_types, inputs + outputs))
@@ -150,8 +164,11 @@ class Kernel:
                           self.func.shape_vars, self.func.name)
 
     def _output_shape(self, buf: Buffer, env) -> tuple[int, ...]:
+        """The shape of an output at these sizes. The lowered shape is an equal rewrite of
+        the written one (`sizes.value` says why its windows are not checked here: the
+        written stage shapes were, by `sizes.check_shapes`)."""
         what = f"output '{buf.name}' of '{self.func.name}'"
-        shape = tuple(sizes.value(dim, env, f"{what}: dimension {d}")
+        shape = tuple(sizes.extent(dim, env, f"{what}: dimension {d}")
                       for d, dim in enumerate(buf.shape))
         sizes.check_allocation(shape, to_numpy(buf.dtype), what)
         return shape
@@ -251,10 +268,7 @@ def _check_input(buf: Buffer, value, dtype: np.dtype):
         return bool(value.view(np.uint8)) if buf.dtype == "bool" else value.item()
     if buf.dtype == "bool":
         value = canonical_bools(value)
-    flags = value.flags
-    if flags.c_contiguous and flags.aligned:
-        return value
-    return np.ascontiguousarray(value)        # a copy: the kernel indexes dense memory
+    return value        # a strided one is copied once the call's sizes are checked (_prepare)
 
 
 def _scalar_argument(buf: Buffer, value):

@@ -98,10 +98,23 @@ def _check(r: Read, consts: dict) -> None:
     shape = [subst(s) for s in t.shape]
     ranges = [bounds(subst(i), ctx) for i in r.load.indices]
     if any(lo is not None and hi is not None and lo > hi for lo, hi in ranges):
-        return                                      # the conditions leave nothing to read
+        if r.conds:
+            return                                  # the conditions leave nothing to read
+        # no condition, every loop runs: an empty range is the bounds' artefact of an
+        # index the call leaves undefined (m % MI with MI = 0), not a read that never happens
+        ranges = [(None, None) if lo is not None and hi is not None and lo > hi else (lo, hi)
+                  for lo, hi in ranges]
     for d, ((lo, hi), size) in enumerate(zip(ranges, shape)):
         if not isinstance(size, te.Const):
             continue
+        if size.value == 0 and not r.conds and (lo is None or hi is None):
+            # every loop runs (their extents are positive constants here) and nothing
+            # conditions the read, so it happens, whatever its index: an empty dimension
+            # has no element for it (an index the bounds cannot follow, m // MI with MI = 0)
+            subs = ", ".join("?" if k == d else ":" for k in range(len(shape)))
+            dims = tuple(int(s.value) if isinstance(s, te.Const) else str(s) for s in shape)
+            raise CallError(f"index out of bounds: {r.load} in {r.stage} reads "
+                            f"{t.name}[{subs}], but {t.name} has shape {dims}")
         if (lo is not None and lo < 0) or (hi is not None and hi >= size.value):
             span = f"{lo}..{hi}" if lo != hi else str(lo)
             subs = ", ".join(span if k == d else ":" for k in range(len(shape)))

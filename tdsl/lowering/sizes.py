@@ -11,11 +11,13 @@ the others).
   and the expression is affine in it (``H + 2``, ``2 * N``), solves for it.
 - `value` evaluates a shape expression exactly (``//`` and ``%`` floor, as in the IR): an
   unbound size, a division by zero or a negative size is a `CallError`.
-- `check_allocation` refuses, before anything is allocated, an array larger than the memory
-  of the machine (numpy would raise a raw MemoryError, or the system would start swapping).
+- `check_allocation` refuses, before anything is allocated, an array larger than this process
+  could ever hold (numpy would raise a raw MemoryError, or the system would start swapping);
+  `empty` and `contiguous` allocate through it, and word a failed allocation the same way.
 """
 from __future__ import annotations
 
+import functools
 import numbers
 import os
 from typing import Mapping, Sequence
@@ -24,6 +26,7 @@ import numpy as np
 
 from ..errors import CallError
 from . import te
+from .dtypes import to_numpy
 from .arith.evaluate import NotAnIndex, UnboundVar, eval_index
 from .arith.linear import exact
 
@@ -36,8 +39,37 @@ def argument(name: str, position: int) -> str:
 
 
 def value(e: te.Expr, env: Mapping[str, int], what: str) -> int:
-    """A shape expression's value; a CallError if a size is unbound, it divides by zero, or
-    it is negative. ``what`` names the dimension for the message."""
+    """A size as the algorithm writes it: its value, or a CallError if a size is unbound, it
+    divides by zero, it divides a negative quantity (a window that does not fit) or it is
+    negative. ``what`` names the dimension for the message.
+
+    The window check reads the written form: the checker's normal form
+    (`arith.linear.normal_form`) keeps a constant inside a floor division, so in
+    ``(IH - 3 * KH + 2) // 2 + 1`` the numerator is the room the window has. A form the
+    lowering passes rewrote is equal but says nothing of windows (the simplifier takes the
+    constant out: ``(IH - 3 * KH) // 2 + 2``, whose numerator is -2 on the valid call
+    IH = 7, KH = 3): evaluate those with `extent`, after checking the written shapes
+    (`check_shapes` of `stage_shapes`)."""
+    v = _evaluate(e, env, what)
+    for x in te.walk(e):
+        # a window that does not fit: (IH - kernel) // stride + 1 with IH < kernel is 0 or
+        # less only by the accident of floor division; a size divides no negative quantity
+        # (the checker keeps `// 1` in sizes for this: `arith.linear.normal_form`)
+        if isinstance(x, te.Binary) and x.op in ("//", "%") and eval_index(x.a, env) < 0:
+            raise CallError(f"{what}: in the size {e}, {x.a} is {eval_index(x.a, env)} "
+                            f"(negative) with {_show_env(e, env)}: is an input smaller "
+                            "than a window or kernel?")
+    return _not_negative(v, e, env, what)
+
+
+def extent(e: te.Expr, env: Mapping[str, int], what: str) -> int:
+    """A size in any form equal to the written one (a lowered buffer's shape): its value, or
+    a CallError if a size is unbound, it divides by zero or it is negative. No window check
+    (see `value`)."""
+    return _not_negative(_evaluate(e, env, what), e, env, what)
+
+
+def _evaluate(e: te.Expr, env: Mapping[str, int], what: str) -> int:
     try:
         v = eval_index(e, env)
     except UnboundVar as u:
@@ -47,14 +79,10 @@ def value(e: te.Expr, env: Mapping[str, int], what: str) -> int:
         raise CallError(f"{what}: {e} divides by zero with {_show_env(e, env)}") from None
     except NotAnIndex:
         raise CallError(f"{what}: {e} is not an integer shape expression") from None
-    for x in te.walk(e):
-        # a window that does not fit: (IH - kernel) // stride + 1 with IH < kernel is 0 or
-        # less only by the accident of floor division; a size divides no negative quantity
-        # (the checker keeps `// 1` in sizes for this: `arith.linear.normal_form`)
-        if isinstance(x, te.Binary) and x.op in ("//", "%") and eval_index(x.a, env) < 0:
-            raise CallError(f"{what}: in the size {e}, {x.a} is {eval_index(x.a, env)} "
-                            f"(negative) with {_show_env(e, env)}: is an input smaller "
-                            "than a window or kernel?")
+    return v
+
+
+def _not_negative(v: int, e: te.Expr, env: Mapping[str, int], what: str) -> int:
     if v < 0:
         raise CallError(f"{what}: size {e} is {v} (negative) with {_show_env(e, env)}")
     return v
@@ -146,34 +174,106 @@ def _solve(s: te.Expr, name: str, n: int, env: dict[str, int], arg: str, d: int)
     return True
 
 
-def stage_shapes(fn: te.Function) -> tuple[tuple[str, tuple[te.Expr, ...]], ...]:
-    """Every computed tensor's shape as the algorithm writes it, for `check_shapes`
-    (lowering may rewrite a shape into an equal one, such as ``(IH - 2) // 2 + 1`` into
-    ``IH // 2``, that no longer shows the window that does not fit)."""
-    return tuple((f"stage '{t.name}' of '{fn.name}'", t.shape) for t in fn.stages())
+def stage_shapes(fn: te.Function) -> tuple[tuple[str, tuple[te.Expr, ...], str], ...]:
+    """Every computed tensor's shape as the algorithm writes it, and its dtype, for
+    `check_shapes` (lowering may rewrite a shape into an equal one, such as
+    ``(IH - 2) // 2 + 1`` into ``IH // 2``, that no longer shows the window that does not
+    fit)."""
+    return tuple((f"stage '{t.name}' of '{fn.name}'", t.shape, t.dtype) for t in fn.stages())
 
 
 def check_shapes(shapes, env: Mapping[str, int]) -> None:
-    """The reference's errors for the stage shapes of `stage_shapes` at these sizes."""
-    for what, shape in shapes:
-        for d, dim in enumerate(shape):
-            value(dim, env, f"{what}: dimension {d}")
+    """The reference's errors for the stage shapes of `stage_shapes` at these sizes: a size
+    it refuses, and a stage it could not allocate (a kernel may never hold that stage whole,
+    but it accepts no call the reference refuses)."""
+    for what, shape, dtype in shapes:
+        dims = tuple(value(dim, env, f"{what}: dimension {d}") for d, dim in enumerate(shape))
+        check_allocation(dims, to_numpy(dtype), what)
 
 
 def memory_bytes() -> int:
-    """The machine's physical memory (a large number where it cannot be read)."""
+    """The most memory this process could ever hold: the machine's physical memory, or less
+    where a limit says so (its address-space rlimit, its cgroup's ``memory.max``). Anything
+    larger cannot be allocated, or only by overcommit, to be killed when it is written."""
+    return min(limit for limit, _ in _memory_limits())
+
+
+def _memory_limits() -> list[tuple[int, str]]:
+    """``(bytes, what it is)`` for each limit that can be read; 2**63 when none can."""
+    out = [(1 << 63, "the largest size an int64 can count")]
     try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        out.append((os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"),
+                    "this machine's memory"))
     except (ValueError, OSError, AttributeError):
-        return 1 << 62
+        pass
+    try:
+        import resource
+        soft = resource.getrlimit(resource.RLIMIT_AS)[0]
+        if soft != resource.RLIM_INFINITY and soft > 0:
+            out.append((soft, "this process's address-space limit (ulimit -v)"))
+    except (ImportError, ValueError, OSError):
+        pass
+    cgroup = _cgroup_limit()
+    if cgroup is not None:
+        out.append((cgroup, "this process's cgroup memory limit"))
+    return out
 
 
-def check_allocation(shape: tuple[int, ...], dtype, what: str) -> None:
-    """A CallError, before allocating, for an array larger than the machine's memory."""
+@functools.lru_cache(maxsize=None)
+def _cgroup_limit() -> int | None:
+    """The cgroup v2 ``memory.max`` of this process (None without one, or "max")."""
+    try:
+        with open("/proc/self/cgroup") as f:
+            path = next(line.split(":", 2)[2].strip() for line in f if line.startswith("0::"))
+        with open(f"/sys/fs/cgroup{path}/memory.max") as f:
+            text = f.read().strip()
+        return None if text == "max" else int(text)
+    except (OSError, StopIteration, ValueError, IndexError):
+        return None
+
+
+def nbytes(shape: Sequence[int], dtype) -> int:
+    """The bytes of an array of this shape, exactly (Python ints: no int64 overflow)."""
     count = 1
     for n in shape:
         count *= int(n)
-    need = count * np.dtype(dtype).itemsize
-    if need > memory_bytes():
-        raise CallError(f"{what} would have shape {tuple(shape)}: {need / 2**30:.1f} GiB, "
-                        f"more than this machine's {memory_bytes() / 2**30:.1f} GiB of memory")
+    return count * np.dtype(dtype).itemsize
+
+
+def check_allocation(shape: Sequence[int], dtype, what: str) -> int:
+    """A CallError, before allocating, for an array larger than this process could ever hold
+    (`memory_bytes`); else its bytes. ``what`` names the tensor."""
+    need = nbytes(shape, dtype)
+    limit = memory_bytes()
+    if need > limit:
+        why = next((w for n, w in _memory_limits() if n == limit), "this machine's memory")
+        raise CallError(f"{what} would have shape {tuple(int(n) for n in shape)} "
+                        f"({np.dtype(dtype)}): {need} bytes ({_gib(need)}), more than "
+                        f"{why} ({limit} bytes, {_gib(limit)})")
+    return need
+
+
+def empty(shape: Sequence[int], dtype, what: str) -> np.ndarray:
+    """``np.empty(shape, dtype)``, refused with a CallError naming ``what``, its shape and
+    bytes when it is too large (`check_allocation`) or the allocation fails."""
+    need = check_allocation(shape, dtype, what)
+    try:
+        return np.empty(tuple(shape), dtype)
+    except (MemoryError, ValueError) as e:
+        raise CallError(f"{what} would have shape {tuple(int(n) for n in shape)} "
+                        f"({np.dtype(dtype)}): {need} bytes ({_gib(need)}), which could not "
+                        f"be allocated ({e})") from None
+
+
+def contiguous(a: np.ndarray, what: str) -> np.ndarray:
+    """``a`` as a C-contiguous aligned array: itself, or a copy allocated as `empty` does (a
+    broadcast view of 2**31 elements is a small object, its copy is not)."""
+    if a.flags.c_contiguous and a.flags.aligned:
+        return a
+    out = empty(a.shape, a.dtype, what)
+    np.copyto(out, a)
+    return out
+
+
+def _gib(n: int) -> str:
+    return f"{n / 2**30:.1f} GiB"

@@ -50,7 +50,13 @@ def evaluate(fn: te.Function, arrays: Sequence, shape_env: dict[str, int] | None
             if t not in tensors:
                 raise CallError(f"output '{t.name}' of '{fn.name}' is neither an input nor "
                                 "a stage of the function")
-            outs.append(np.array(tensors[t]) if t.is_placeholder else tensors[t])
+            if t.is_placeholder:        # an input returned as it is: a copy, never a view
+                a = tensors[t]
+                copy = sizes.empty(a.shape, a.dtype, f"output '{t.name}' of '{fn.name}'")
+                copy[...] = a
+                outs.append(copy)
+            else:
+                outs.append(tensors[t])
         return tuple(outs)
 
 
@@ -58,10 +64,18 @@ def _eval_stage(fn: te.Function, t: te.Tensor, tensors, env: dict[str, int]) -> 
     where = f"stage '{t.name}' of '{fn.name}'"
     comp = t.op
     shape = tuple(_size(s, env, f"{where}: dimension {d}") for d, s in enumerate(t.shape))
-    sizes.check_allocation(shape, to_numpy(t.dtype), where)
-    out = np.empty(shape, to_numpy(t.dtype))
+    out = sizes.empty(shape, to_numpy(t.dtype), where)
     if out.size == 0:
         return out
+    try:
+        return _fill_stage(comp, out, tensors, env, where)
+    except MemoryError as e:        # the stage fits; numpy's work arrays for it did not
+        raise CallError(f"{where} (shape {shape}, {out.nbytes} bytes) could not be "
+                        f"evaluated: {e}") from None
+
+
+def _fill_stage(comp: te.Compute, out: np.ndarray, tensors, env, where: str) -> np.ndarray:
+    shape = out.shape
     n = len(comp.axes)
     assert n == len(shape), f"{where}: {n} axes for a {len(shape)}-d tensor"
     ev = Evaluator(tensors, env, n + reduce_depth(comp.body), where)
