@@ -197,9 +197,9 @@ def cmd_target(args) -> int:
     target = as_target(args.spec)
     print(target.describe())
     if args.measure:
-        from .emit_c.peak import measure_peak_gflops
-        print(f"measured   {measure_peak_gflops(target):.0f} GFLOP/s fp32 FMA on all cores "
-              f"(a short loop of independent vector FMAs)")
+        from .emit_c.peak import measure_peak
+        print(f"measured   {measure_peak(target).describe()}: fp32 FMA on all cores, a short "
+              f"loop of independent vector FMAs")
     return 0
 
 
