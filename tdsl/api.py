@@ -30,6 +30,7 @@ from .lowering.lower import lower
 from .lowering.reference.semantics import evaluate
 from .lowering.schedule import Schedule
 from .per_rank import PerRankKernel
+from .specialize import ShapeSpecializingKernel
 from .target import Target, as_target
 from .tuner.log import Workload, content_digest, read_log, require_log, select_record
 
@@ -124,7 +125,8 @@ class Op:
         return lower(sched.fn, sched, config, shapes, target=target)
 
     def build(self, target: Target | str = "c", schedule=None, shapes: dict | None = None,
-              config: dict | None = None, flags=None, ranks=None, tuning_log=None, **attrs):
+              config: dict | None = None, flags=None, ranks=None, tuning_log=None,
+              specialize: bool = True, **attrs):
         """Compile to a `Kernel` that takes and returns numpy arrays.
 
         ``shapes`` fixes sizes at build time (``{"M": 64}``); sizes left out are read from
@@ -135,6 +137,11 @@ class Op:
         defaults are used. ``target`` is a
         `Target` or its string (``"c"``, ``"c -march=x86-64-v3"``); ``flags`` are added to
         its compiler flags.
+
+        A host kernel with sizes left to the call is loop-partitioned, and fast at any
+        size; with ``specialize`` (the default) it also builds itself for each shape it is
+        called at a second time, as ``shapes=`` would, and keeps up to eight such builds
+        (`tdsl.specialize`). ``specialize=False`` keeps the one generic kernel.
         """
         target = as_target(target)
         if target.kind not in BACKENDS:
@@ -146,12 +153,19 @@ class Op:
                 not isinstance(schedule, Schedule):
             # rank-generic, no rank named: one kernel per argument ranks, on first call
             return PerRankKernel(self.name, self.param_names, lambda r: self.build(
-                target, schedule, shapes, config, flags, r, tuning_log, **attrs))
+                target, schedule, shapes, config, flags, r, tuning_log, specialize, **attrs))
+        tuned = config
         if tuning_log is not None and config is None:
-            config = self.tuned_config(tuning_log, shapes, target, schedule, **attrs)
-        func = self.lower(schedule, shapes, config, target, ranks, **attrs)
+            tuned = self.tuned_config(tuning_log, shapes, target, schedule, **attrs)
+        func = self.lower(schedule, shapes, tuned, target, ranks, **attrs)
         # the sizes in ``shapes`` are already constants of the lowered function
-        return BACKENDS[target.kind](func, target=target, flags=tuple(flags or ()))
+        kernel = BACKENDS[target.kind](func, target=target, flags=tuple(flags or ()))
+        if not (specialize and target.kind == "c" and func.shape_vars and
+                target.unrunnable_reason() is None):
+            return kernel
+        return ShapeSpecializingKernel(kernel, lambda sizes: self.build(
+            target, schedule, {**(shapes or {}), **sizes}, config, flags, ranks, tuning_log,
+            False, **attrs), lambda *arrays: self.sizes_of(*arrays, **attrs))
 
     def tuned_config(self, tuning_log, shapes: dict | None, target: Target | str = "c",
                      schedule=None, **attrs) -> dict | None:

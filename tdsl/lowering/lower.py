@@ -19,9 +19,9 @@ from . import te
 from .default_schedule import default_schedule
 from .loop_ir import LoweredFunc
 from .read_regions import reads
-from .passes import (apply_schedule, barriers, bounds_check, build_nests, flatten, partition,
-                     simplify, thread_reduce, unroll, unswitch, vectorize,
-                     verify as verify_pass)
+from .passes import (apply_schedule, barriers, bounds_check, build_nests, flatten,
+                     hoist_divisions, partition, simplify, thread_reduce, unroll, unswitch,
+                     vectorize, verify as verify_pass)
 from .schedule import Schedule
 from .sizes import stage_shapes
 from .thread_bindings import check as check_thread_bindings
@@ -36,9 +36,12 @@ PIPELINE = [
     ("flatten", flatten.run),            # multi-dimensional -> flat offsets
     ("simplify", simplify.run),
     ("vectorize", vectorize.run),        # straight-line vectorized loops -> ramps/broadcasts
+    ("unswitch", unswitch.run),          # a whole register tile's test (partition), before
+                                         # its tail's lane loops make the tile a plain loop
     ("unroll", unroll.run),              # small unrolled loops -> copies
     ("simplify", simplify.run),
     ("unswitch", unswitch.run),          # tests that a loop does not change, taken before it
+    ("hoist_divisions", hoist_divisions.run),    # x // size once per outer iteration
 ]
 
 # GPU targets: cross-thread reductions become log-depth steps (warp shuffles where the

@@ -45,7 +45,8 @@ class Ctx:
     def with_loop(self, var: te.Var, min_: te.Expr, extent: te.Expr) -> "Ctx":
         hi = simplify(te.Binary("-", te.Binary("+", min_, extent, INDEX),
                                 te.Const(1, INDEX), INDEX))
-        return Ctx({**self.ranges, var: (min_, hi)}, self.facts, self.positive)
+        return Ctx({**self.ranges, var: (min_, hi)}, self.facts + _extent_facts(var, extent),
+                   self.positive)
 
     def with_point(self, var: te.Var, value: te.Expr) -> "Ctx":
         return Ctx({**self.ranges, var: (value, value)}, self.facts, self.positive)
@@ -63,6 +64,20 @@ class Ctx:
                 elif v in ranges and k < 0:
                     ranges[v] = (_tighter("max", ranges[v][0], -(f.const // k)), ranges[v][1])
         return Ctx(ranges, self.facts + new, self.positive)
+
+
+def _extent_facts(var: te.Var, extent: te.Expr) -> tuple[Linear, ...]:
+    """``var < x`` for each ``x`` in an extent ``min(x, y)`` or ``max(0, min(x, y))`` of a
+    loop starting at 0 (a loop partitioned at a symbolic point, ``jp < N // 16 - 2 * b``):
+    interval arithmetic on the min alone loses the relation to ``N`` that proves the loop
+    body's accesses in bounds."""
+    match extent:
+        case te.Intrinsic("max", (te.Const(0), inner)):
+            extent = inner
+    if not (isinstance(extent, te.Intrinsic) and extent.name == "min"):
+        return ()
+    return tuple(linear(var) - linear(x) + Linear({}, 1) for x in extent.args
+                 if not isinstance(x, te.Const))
 
 
 def _with_numerators(facts: list[Linear]) -> list[Linear]:
@@ -166,6 +181,17 @@ def _upper(lin: Linear, ctx: Ctx, depth: int) -> int | None:
             else:
                 out = out + Linear({m: k})
         lin = expand_floor_multiples(out)
+    total = _sum_upper(lin, ctx, depth)
+    if total is None:
+        # ``8 * ((D + 7) // 8) - 32 * (D // 32)`` (two rounded-up extents of one size) is
+        # bounded only with both floors expanded at once: ``7 - (D + 7) % 8 + D % 32``
+        expanded = _expand_all_floor_multiples(lin)
+        if expanded != lin:
+            total = _sum_upper(expanded, ctx, depth)
+    return total
+
+
+def _sum_upper(lin: Linear, ctx: Ctx, depth: int) -> int | None:
     total = lin.const
     for m, k in lin.terms.items():
         lo, hi = _monomial_bounds(m, ctx, depth + 1)
@@ -174,6 +200,19 @@ def _upper(lin: Linear, ctx: Ctx, depth: int) -> int | None:
             return None
         total += k * end
     return total
+
+
+def _expand_all_floor_multiples(lin: Linear) -> Linear:
+    """Every ``k * (x // c)`` with ``c | k`` as ``(k / c) * (x - x % c)``."""
+    out = Linear({}, lin.const)
+    for m, k in lin.terms.items():
+        match m:
+            case (te.Binary("//", x, te.Const(c)),) if c > 0 and k % c == 0:
+                mod = te.Binary("%", x, te.Const(c, INDEX), INDEX)
+                out = out + linear(x).scale(k // c) + Linear.atom(mod, -(k // c))
+            case _:
+                out = out + Linear({m: k})
+    return out
 
 
 def _monomial_bounds(m: tuple, ctx: Ctx, depth: int) -> tuple[int | None, int | None]:
@@ -221,6 +260,17 @@ def _atom_bounds_uncached(a: te.Expr, ctx: Ctx, depth: int) -> tuple[int | None,
         case te.Binary("//", x, te.Const(c)) if c > 0:
             lo, hi = sub(x)
             return (None if lo is None else lo // c), (None if hi is None else hi // c)
+        case te.Binary("//" | "%" as op, x, y) if is_index(a):
+            # a symbolic divisor, as a fused axis of symbolic extent gives (blk // ((M + 5)
+            # // 6)): for x >= 0 and y >= 1 (code that divides by y runs only where its loop
+            # over a multiple of y has iterations), x // y is in [0, x] and x % y in
+            # [0, min(x, y - 1)]
+            (lx, hx), (ly, hy) = sub(x), sub(y)
+            if lx is None or lx < 0 or ly is None or ly < 0:
+                return None, None
+            if op == "//":
+                return 0, hx
+            return 0, (hx if hy is None else hy - 1 if hx is None else min(hx, hy - 1))
         case te.Intrinsic("min" | "max" as name, (x, y)) if is_index(a):
             (l1, h1), (l2, h2) = sub(x), sub(y)
             pick = min if name == "min" else max
@@ -258,6 +308,12 @@ def prove(cond: te.Expr, ctx: Ctx | None = None) -> bool | None:
             if prove(te.Compare(op, a, p), ctx) or prove(te.Compare(op, a, q), ctx):
                 return True
             return _prove_linear(cond, ctx)
+        case te.Compare("<", te.Binary("//", x, y), z) if is_index(x) and \
+                not isinstance(y, te.Const) and _prove_linear(te.Compare("<", x, te.Binary(
+                    "*", y, z, INDEX)), ctx):
+            # x // y < z when x < y * z, for y >= 1: a fused loop's outer index (blk // E
+            # < F for blk in [0, E * F)), its divisor positive wherever that loop runs
+            return True
         case te.Compare(_, a, _) if is_index(a):
             return _prove_linear(cond, ctx)
     return None

@@ -32,6 +32,8 @@ its share into a register and a shared slot, and a `ThreadReduce` combines the s
 from __future__ import annotations
 
 
+import functools
+
 import numpy as np
 
 from ...errors import BuildError
@@ -426,14 +428,18 @@ class Builder:
                 region.append(full)
                 continue
             lo, hi = boxes[0]
+            # with symbolic sizes, the boxes' ends are compared by the prover: softmax's
+            # row buffer is max(8 * ((D + 7) // 8) - 1, 32 * (D // 32) - 1, D - 1) + 1 =
+            # 8 * ((D + 7) // 8) long, which its loops' guards can then be proven against
+            bound = functools.partial(B.bounds, ctx=ctx)
             for lo2, hi2 in boxes[1:]:
-                lo = simplify(te.Intrinsic("min", (lo, lo2), INDEX))
-                hi = simplify(te.Intrinsic("max", (hi, hi2), INDEX))
+                lo = simplify(te.Intrinsic("min", (lo, lo2), INDEX), bound)
+                hi = simplify(te.Intrinsic("max", (hi, hi2), INDEX), bound)
             # hi < lo where the readers' loops are empty (j in [0, D // 16) with D < 16):
             # the region is empty then, not negative
             ext = simplify(te.Intrinsic("max", (te.Binary(
                 "+", te.Binary("-", hi, lo, INDEX), te.Const(1, INDEX), INDEX),
-                te.Const(0, INDEX)), INDEX))
+                te.Const(0, INDEX)), INDEX), bound)
             if te.free_vars(ext) - set(self.free_shape_vars):
                 top = B.bounds(ext, ctx)[1]      # depends on outer loops: its largest value
                 if top is None:

@@ -10,6 +10,10 @@ in the guard with coefficient ``f``, the rest of the guard's left side ranging o
     for j.o in [0, P):      ...body without the guard...     # j.o*f + j.i <= P*f - 1 < N
     for j.o in [P, E):      ...body with the guard...        # the tail
 
+An unrolled loop of constant extent (a register tile's) is not split, which would make its
+extent a value of the sizes and its copies a loop: it becomes ``if P >= E: the loop without
+the guard, else: the loop as it was``.
+
 Only guards that mention a vectorized or an unrolled loop's variable are partitioned on: the
 first keep a loop from becoming vector code, the second keep a register tile from being
 straight-line code (a matmul tile of 12 rows over 1024 rows has its last rows guarded, and
@@ -36,9 +40,23 @@ def run(func: LoweredFunc) -> LoweredFunc:
 
 
 def _visit(s: Stmt) -> Stmt:
-    def post(n):
-        return _partition(n) if isinstance(n, For) else None
-    return rewrite_stmt(s, post=post)
+    """Outermost loops first: a guard on ``jl + 8*jv + 16*jp < N`` splits ``jp`` into full
+    tiles and one tail tile, so the full tiles' ``jv`` keeps its constant extent and stays
+    a register tile; split at ``jv`` first, every tile's ``jv`` would get an extent
+    computed from ``N`` and could not be unrolled (what made a matmul built without shapes
+    run scalar). The tail's own loop is not split again on the guards it keeps."""
+    def pre(n):
+        if not isinstance(n, For):
+            return None
+        parts = _partition(n)
+        if parts is None:
+            return None
+        if isinstance(parts, If):
+            return If(parts.cond, _visit(parts.then),
+                      dataclasses.replace(n, body=_visit(n.body)))
+        main, tail = parts.stmts
+        return Seq((_visit(main), dataclasses.replace(tail, body=_visit(tail.body))))
+    return rewrite_stmt(s, pre=pre)
 
 
 def _candidates(loop: For):
@@ -104,7 +122,7 @@ def _split_point(c: te.Expr, v: te.Var, inner: list) -> te.Expr | None:
     return simplify(te.Binary("//", rest.scale(-1).to_expr(), te.Const(f, INDEX), INDEX))
 
 
-def _partition(loop: For) -> Stmt | None:
+def _partition(loop: For) -> Seq | If | None:
     # a thread-bound loop is each thread's index, its extent the launch's: not split; nor a
     # loop holding a barrier (GPU), whose split point could differ between the threads that
     # must all reach the barrier
@@ -129,6 +147,11 @@ def _partition(loop: For) -> Stmt | None:
                 return If(conjoin(kept), n.then, n.orelse)
         return None
     main_body = rewrite_stmt(loop.body, post=drop)
+    if loop.kind is ForKind.UNROLLED and isinstance(loop.extent, te.Const):
+        # a register tile's loop keeps its constant extent (split at a point computed from
+        # the sizes it could not be unrolled): the whole tile is tested instead, once, and
+        # unswitch takes that test out of the reduction around it
+        return If(te.Compare(">=", p, end), dataclasses.replace(loop, body=main_body), loop)
     main = dataclasses.replace(loop, extent=simplify(te.Binary("-", p, mn, INDEX)),
                                body=main_body)
     tail = dataclasses.replace(loop, min=p, extent=simplify(te.Binary("-", end, p, INDEX)))
