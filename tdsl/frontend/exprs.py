@@ -87,8 +87,10 @@ class ExprConverter:
                 raise CheckError(f"unknown size '{n}'", node.span,
                                  hint="sizes are named in the input parameters' shapes")
             case ast.Binary(op, l, r) if op in ("+", "-", "*", "//", "%"):
-                return normal_form(te.Binary(op, self.shape_expr(l), self.shape_expr(r),
-                                             INDEX))
+                a, b = self.shape_expr(l), self.shape_expr(r)
+                if op in ("//", "%"):
+                    _refuse_zero_divisor(op, b, r, size=True)
+                return normal_form(te.Binary(op, a, b, INDEX))
             case ast.Unary("-", x):
                 return normal_form(te.Unary("-", self.shape_expr(x), INDEX))
             case ast.Call(f, args) if f in ("min", "max") and len(args) == 2:
@@ -241,6 +243,8 @@ class ExprConverter:
             raise CheckError("/ is float division; these are integers", node.span,
                              hint="use // for floor division, or write 1.0 for a float")
         x, y, lit = unify(a, b, node.span, op)
+        if op in ("//", "%"):
+            _refuse_zero_divisor(op, y, node.right)
         if op == "/" and x.dtype not in FLOATS:
             raise CheckError(f"/ is float division but the operands are {x.dtype}", node.span,
                              hint="use // for integer floor division")
@@ -457,6 +461,30 @@ def _meet(r: tuple[te.Expr, te.Expr], lo=None, hi=None) -> tuple[te.Expr, te.Exp
     if not d.is_const:
         return None
     return (r[0], hi if d.const < 0 else r[1])
+
+
+def _refuse_zero_divisor(op: str, divisor: te.Expr, node, size: bool = False):
+    """A divisor of ``//`` or ``%`` written as the constant 0 (literals only: an attribute
+    that is 0 is the call's error, worded as the reference words it) is refused at check
+    time. One that is 0 only at run time gives 0 on every target (docs/semantics.md)."""
+    if any(isinstance(n, ast.Name) for n in _walk(node)):
+        return
+    d = normal_form(divisor) if divisor.dtype == INDEX else divisor
+    if isinstance(d, te.Const) and not isinstance(d.value, bool) and d.value == 0:
+        raise CheckError(
+            f"{'division' if op == '//' else 'modulo'} by zero: the divisor of {op} is the "
+            f"constant 0", node.span,
+            hint="a size that divides by zero is refused when the op is called" if size else
+            "a divisor that is 0 only at run time gives 0 on every target; a constant 0 is "
+            "a mistake")
+
+
+def _walk(node):
+    yield node
+    for v in vars(node).values() if hasattr(node, "__dict__") else ():
+        for x in (v if isinstance(v, tuple) else (v,)):
+            if isinstance(x, ast.Node):
+                yield from _walk(x)
 
 
 def _fold(e: te.Expr) -> te.Expr:
