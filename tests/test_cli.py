@@ -243,6 +243,8 @@ def test_run_and_test_take_subtracted_and_halved_sizes(capsys, halves):
     ("schedule scale for cpu as bad { io, ii = split(Y.q, 8) }", "Y has no axis q"),
     ("schedule scale for cpu { knob t in [1, 3] = 1\n io, ii = split(Y.i, t)\n"
      " if t > 1 { a, b = split(Y.zz, 2) } }", "Y has no axis zz"),
+    ("schedule scale for cpu { knob t in [4, 8] = 16\n io, ii = split(Y.i, t) }",
+     "the default 16 of knob t is not one of its choices [4, 8]"),
 ])
 def test_check_reports_schedule_blocks_at_their_statement(capsys, tmp_path, block, message):
     """Blocks were ignored (unknown target), shadowed (a second default, a user's naive) or

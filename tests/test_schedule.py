@@ -153,6 +153,23 @@ def test_knob_declared_twice():
         KnobDecl("t", (1, 2), default=3)
 
 
+def test_a_literal_knob_default_outside_its_choices_is_refused_at_its_span():
+    """`knob t in [4, 8] = 16` was silently replaced by 8; a default computed from the
+    target's constants still takes the nearest choice below it."""
+    import tdsl
+    op = tdsl.loads("op f(X: f32[N]) -> Y: f32[N] { Y[i] = X[i] }\n"
+                    "schedule f for cpu {\n    knob t in [4, 8] = 16\n"
+                    "    io, ii = split(Y.i, t)\n}\n")["f"]
+    with pytest.raises(ScheduleError, match=r"the default 16 of knob t is not one of its "
+                                            r"choices \[4, 8\]") as info:
+        op.schedule()
+    assert (info.value.span.line, info.value.span.col) == (3, 24)
+    computed = tdsl.loads("op f(X: f32[N]) -> Y: f32[N] { Y[i] = X[i] }\n"
+                          "schedule f for cpu { knob t in [4, 8] = 4 * lanes\n"
+                          "    io, ii = split(Y.i, t) }\n")["f"]
+    assert computed.schedule().default_config() == {"t": 8}
+
+
 def test_compute_at_then_reorder_outside_is_fine():
     """Reordering loops that stay on the same side of the attach point is legal."""
     check("matmul", lambda s: s.cache_read("A", "local", ["C"]).tile("C", "i", "j", 2, 4)

@@ -78,6 +78,12 @@ def to_schedule(sdef: ast.ScheduleDef, fn: te.Function, intrinsics: dict | None 
                     default = max((c for c in choices if c <= default), default=choices[0])
             else:
                 choices = tuple(dict.fromkeys(_constant(c, consts) for c in st.choices))
+                if default is not None and default not in choices and \
+                        _literal(st.default) and all(map(_literal, st.choices)):
+                    raise ScheduleError(
+                        f"the default {default!r} of knob {st.name} is not one of its choices "
+                        f"{list(choices)}", st.default.span,
+                        hint=f"pick one of them, or add {default!r} to the choices")
                 if _is_number(default) and default not in choices \
                         and all(_is_number(c) for c in choices):
                     # a default computed from the target (`l2 // (32768 * lanes)`) snaps to
@@ -89,6 +95,15 @@ def to_schedule(sdef: ast.ScheduleDef, fn: te.Function, intrinsics: dict | None 
     names = {**consts, **knobs}
     owner: dict[str, str] = {}          # axis named in this block -> its stage
     return _apply_block(sched, sdef.body, names, owner, intrinsics or {}, top=True)
+
+
+def _literal(node) -> bool:
+    """A choice or default written without a name (``16``, ``-1``, ``2 * 8``, ``true``): one
+    that means the same on every target and for every size."""
+    if isinstance(node, ast.Name):
+        return False
+    return all(_literal(x) for v in vars(node).values()
+               for x in (v if isinstance(v, tuple) else (v,)) if isinstance(x, ast.Node))
 
 
 def _sizes_for_defaults(fn: te.Function, shapes: dict) -> dict:
