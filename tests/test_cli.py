@@ -255,6 +255,21 @@ def test_check_reports_schedule_blocks_at_their_statement(capsys, tmp_path, bloc
     assert code == 1 and message in err and "blocks.tdsl:" in err, err
 
 
+def test_check_accepts_a_factors_knob_and_applies_its_choices(capsys, tmp_path):
+    """`knob t in factors(N)` was refused by `tdsl check` (it needs N) though load, build, test
+    and tune accept it; check now applies the block at a sample N, every knob value counted."""
+    path = tmp_path / "f.tdsl"
+    body = ("op scale(X: f32[N]) -> Y: f32[N] { Y[i] = X[i] * 2.0 }\n"
+            "schedule scale for cpu {\n    knob t in factors(N)\n    require t >= 2\n"
+            "    io, ii = split(Y.i, t)\n")
+    path.write_text(body + "}\n")
+    code, out, err = main(capsys, "check", path)
+    assert code == 0 and "ok (1 op)" in out, err
+    path.write_text(body + "    if t > 4 { a, b = split(Y.zz, 2) }\n}\n")
+    code, out, err = main(capsys, "check", path)
+    assert code == 1 and "Y has no axis zz" in err and "f.tdsl:6:" in err, err
+
+
 def test_test_prints_the_shrunk_counterexample(capsys, tmp_path, monkeypatch):
     """A failure shows the sizes, the schedule's steps and the worst element (here from a
     kernel made wrong on purpose in its last element)."""

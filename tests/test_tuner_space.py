@@ -192,5 +192,28 @@ def test_factor_knobs_need_the_size():
             shapes={"M": 4, "N": 4, "K": 4})
 
 
+def test_a_knob_without_a_default_takes_the_first_configuration_the_requires_allow():
+    """`knob t in factors(N)` with `require t >= 2` defaulted to 1, so the untuned build broke
+    its own require; written defaults stay as written."""
+    op = tdsl.loads("""
+op scale(X: f32[N, D]) -> Y: f32[N, D] { Y[n, d] = X[n, d] * 2.0 }
+schedule scale for cpu {
+    knob t in factors(N)
+    knob u in [1, 2, 4]
+    knob v in [1, 2] = 1
+    require t >= 2
+    require t * u >= 6 and u * v > 1
+    io, ii = split(Y.n, t)
+    jo, ji = split(Y.d, u)
+}
+""")["scale"]
+    s = op.schedule(shapes={"N": 12, "D": 8})
+    assert s.default_config() == {"t": 2, "u": 4, "v": 1}
+    s.knob_values()                                  # the defaults break no require
+    x = np.ones((12, 8), np.float32)
+    np.testing.assert_array_equal(op.reference(x), 2 * x)
+    assert op.lower(shapes={"N": 12, "D": 8}) is not None
+
+
 def test_factor_knobs_round_trip():
     assert parse(unparse.module(parse(FACTORS))) == parse(FACTORS)

@@ -6,7 +6,8 @@ one name for one op and overlapping targets. Each used to be silently ignored or
 
 `application_errors` is what ``tdsl check`` adds: every block is applied to its op, with
 every knob at its default and at a few other values, so that a ``split`` of an axis that does
-not exist is reported at its statement without building anything.
+not exist is reported at its statement without building anything. A ``factors(N)`` knob takes
+its choices from N = `SAMPLE_SIZE`.
 """
 from __future__ import annotations
 
@@ -65,7 +66,7 @@ def application_errors(program) -> list[TdslError]:
         try:
             ranks = ranks_for_pack(opdef.ast, 2) if uses_pack(opdef.ast) else None
             fn = opdef.instantiate({}, ranks)
-            sched = to_schedule(b, fn, INTRINSICS, None, host)
+            sched = to_schedule(b, fn, INTRINSICS, _factor_sizes(b, fn), host)
             for config in _configs(sched):
                 apply_schedule.run(fn, sched.resolve(config))
         except ErrorList as e:
@@ -73,6 +74,28 @@ def application_errors(program) -> list[TdslError]:
         except TdslError as e:
             errors.append(e)
     return errors
+
+
+SAMPLE_SIZE = 96         # a size `factors(N)` is checked at: 12 divisors, 3 among them
+
+
+def _factor_sizes(block: ast.ScheduleDef, fn) -> dict | None:
+    """The sizes a ``knob t in factors(N)`` of ``block`` needs, at a sample value: the choices
+    come from the size, which only a build with shapes knows; applying the block to the
+    op's symbolic sizes is legal for any factor, so `tdsl check` takes N = 96."""
+    sizes = {v.name for v in fn.shape_vars}
+    named = {n.id for st in block.body if isinstance(st, ast.KnobDecl) and st.generator
+             for a in st.generator.args for n in _names(a) if n.id in sizes}
+    return {n: SAMPLE_SIZE for n in sorted(named)} or None
+
+
+def _names(node):
+    if isinstance(node, ast.Name):
+        yield node
+    for v in vars(node).values() if hasattr(node, "__dict__") else ():
+        for x in (v if isinstance(v, tuple) else (v,)):
+            if isinstance(x, ast.Node):
+                yield from _names(x)
 
 
 def _configs(sched) -> list[dict]:

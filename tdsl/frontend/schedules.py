@@ -13,12 +13,14 @@ which raises a `ScheduleError` pointing at the statement.
 """
 from __future__ import annotations
 
+import dataclasses
+import itertools
 import math
 import operator
 
 from ..errors import ScheduleError, TdslError
 from ..lowering import te
-from ..lowering.schedule import Knob, KnobExpr, Schedule
+from ..lowering.schedule import Knob, KnobDecl, KnobExpr, Schedule, knob_value
 from ..target import as_target
 from . import ast
 from .exprs import const_value
@@ -94,7 +96,40 @@ def to_schedule(sdef: ast.ScheduleDef, fn: te.Function, intrinsics: dict | None 
     # a knob's name shadows a target constant of the same name
     names = {**consts, **knobs}
     owner: dict[str, str] = {}          # axis named in this block -> its stage
-    return _apply_block(sched, sdef.body, names, owner, intrinsics or {}, top=True)
+    sched = _apply_block(sched, sdef.body, names, owner, intrinsics or {}, top=True)
+    return _first_allowed(sched, [st.name for st in sdef.body
+                                  if isinstance(st, ast.KnobDecl) and st.default is None])
+
+
+FIRST_ALLOWED_LIMIT = 100_000     # configurations tried for the defaults, at most
+
+
+def _first_allowed(sched: Schedule, free: list[str]) -> Schedule:
+    """The schedule whose knobs without a written default (``free``) default to the first
+    configuration the ``require``s allow (each knob's choices in order, the first knob
+    slowest; written defaults kept), not to their first choices when a ``require`` rules
+    those out (``knob t in factors(N)`` with ``require t >= 2``). Unchanged when the
+    defaults are allowed, or when no setting of the free knobs is."""
+    if not free or not sched.constraints:
+        return sched
+    decls = {k.name: k for k in sched.knobs}
+    values = {n: k.default for n, k in decls.items()}
+
+    def allowed(vals) -> bool:
+        try:
+            return all(knob_value(c, vals) for c in sched.constraints)
+        except TdslError:
+            return False
+    if allowed(values):
+        return sched
+    for n, config in enumerate(itertools.product(*(decls[k].choices for k in free))):
+        if n >= FIRST_ALLOWED_LIMIT:
+            break
+        vals = {**values, **dict(zip(free, config))}
+        if allowed(vals):
+            return dataclasses.replace(sched, knobs=tuple(
+                KnobDecl(k.name, k.choices, vals[k.name], k.span) for k in sched.knobs))
+    return sched
 
 
 def _literal(node) -> bool:
