@@ -245,6 +245,13 @@ def test_run_and_test_take_subtracted_and_halved_sizes(capsys, halves):
      " if t > 1 { a, b = split(Y.zz, 2) } }", "Y has no axis zz"),
     ("schedule scale for cpu { knob t in [4, 8] = 16\n io, ii = split(Y.i, t) }",
      "the default 16 of knob t is not one of its choices [4, 8]"),
+    ("schedule scale for gpu { io, ii = split(Y.i, 64)\n bind(io, \"blockIdx.x\")\n"
+     " bind(Y.zz, \"threadIdx.x\") }", "Y has no axis zz"),
+    ("schedule scale for gpu { io, ii = split(Y.i, 2048)\n bind(io, \"blockIdx.x\")\n"
+     " bind(ii, \"threadIdx.x\") }", "more than the 1024 target 'cuda' allows"),
+    ("schedule scale for embedded { io, ii = split(Y.q, 4) }", "Y has no axis q"),
+    ("schedule scale for cpu { io, ii = split(Y.i, 4)\n bind(io, \"blockIdx.x\") }",
+     "has no GPU threads"),
 ])
 def test_check_reports_schedule_blocks_at_their_statement(capsys, tmp_path, block, message):
     """Blocks were ignored (unknown target), shadowed (a second default, a user's naive) or

@@ -4,7 +4,8 @@
 does not know, a block named like a built-in schedule (``naive``, ``auto``), two blocks of
 one name for one op and overlapping targets. Each used to be silently ignored or shadowed.
 
-`application_errors` is what ``tdsl check`` adds: every block is applied to its op, with
+`application_errors` is what ``tdsl check`` adds: every block is applied to its op (GPU and
+embedded blocks too, for their targets), with
 every knob at its default and at a few other values, so that a ``split`` of an axis that does
 not exist is reported at its statement without building anything. A ``factors(N)`` knob takes
 its choices from N = `SAMPLE_SIZE`.
@@ -14,6 +15,7 @@ from __future__ import annotations
 from ..errors import CheckError, ErrorList, TdslError
 from ..lowering.intrinsics import INTRINSICS
 from ..lowering.passes import apply_schedule
+from ..lowering.thread_bindings import check as check_thread_bindings
 from ..target import as_target
 from . import ast
 from .schedules import TARGETS, to_schedule
@@ -53,27 +55,36 @@ def declaration_errors(blocks: list[ast.ScheduleDef]) -> list[TdslError]:
 
 
 def application_errors(program) -> list[TdslError]:
-    """The errors of applying each host block of ``program`` to its op (the first per
-    block), with the knobs at their defaults and at a few other values."""
-    host = as_target("c")
+    """The errors of applying each block of ``program`` to its op (the first per block), with
+    the knobs at their defaults and at a few other values, for each target kind the block
+    serves (a ``for gpu`` block for CUDA and OpenCL, whose constants differ): the directives,
+    then the thread bindings, as a build checks them before making any loop."""
     errors: list[TdslError] = []
     for b in program.schedules:
         opdef = program.ops.get(b.op) or program.imported.get(b.op)
-        if opdef is None or b.target not in TARGETS or host.kind not in TARGETS[b.target]:
+        if opdef is None or b.target not in TARGETS:
             continue
         if any(a.default is None for a in opdef.ast.attrs):
             continue            # no attribute values to apply it at
-        try:
-            ranks = ranks_for_pack(opdef.ast, 2) if uses_pack(opdef.ast) else None
-            fn = opdef.instantiate({}, ranks)
-            sched = to_schedule(b, fn, INTRINSICS, _factor_sizes(b, fn), host)
-            for config in _configs(sched):
-                apply_schedule.run(fn, sched.resolve(config))
-        except ErrorList as e:
-            errors.extend(e.errors)
-        except TdslError as e:
-            errors.append(e)
+        for kind in TARGETS[b.target]:
+            error = _first_error(b, opdef, as_target(kind))
+            if error is not None:       # the first per block
+                errors.extend(error.errors if isinstance(error, ErrorList) else [error])
+                break
     return errors
+
+
+def _first_error(b: ast.ScheduleDef, opdef, target) -> TdslError | None:
+    try:
+        ranks = ranks_for_pack(opdef.ast, 2) if uses_pack(opdef.ast) else None
+        fn = opdef.instantiate({}, ranks)
+        sched = to_schedule(b, fn, INTRINSICS, _factor_sizes(b, fn), target)
+        for config in _configs(sched):
+            directives = sched.resolve(config)
+            check_thread_bindings(apply_schedule.run(fn, directives), directives, target)
+    except TdslError as e:
+        return e
+    return None
 
 
 SAMPLE_SIZE = 96         # a size `factors(N)` is checked at: 12 divisors, 3 among them
