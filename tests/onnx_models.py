@@ -1,5 +1,6 @@
 """Small ONNX models built with onnx's helper API, shaped like the model zoo's classics
-(the zoo's files can't be downloaded where these tests run): a ResNet basic block stack at
+(the zoo's own files can't be downloaded where these tests run; the onnx wheel's light
+versions of its nine CNNs are tests/test_onnx_zoo.py's): a ResNet basic block stack at
 opset 17, a SqueezeNet-style net at opset 7-9 (weights among the graph inputs, LRN, Dropout,
 Concat, Sum, ConstantOfShape, Reshape with a computed shape), SqueezeNet's Fire modules at
 their real widths (64 + 64 channels concatenated, kept blocked), DenseNet-, Inception- and

@@ -1,6 +1,6 @@
-"""ONNX import: models built with onnx's helper API (zoo-like: the zoo's files can't be
-downloaded here), converted, compiled, and compared with onnxruntime where it is installed
-and with the graph's reference otherwise. Needs the onnx package (tdsl[onnx])."""
+"""ONNX import: models built with onnx's helper API (zoo-like; the zoo's own architectures
+are in test_onnx_zoo.py), converted, compiled, and compared with onnxruntime where it is
+installed and with the graph's reference otherwise. Needs the onnx package (tdsl[onnx])."""
 from __future__ import annotations
 
 import shutil
