@@ -252,6 +252,9 @@ def test_run_and_test_take_subtracted_and_halved_sizes(capsys, halves):
     ("schedule scale for embedded { io, ii = split(Y.q, 4) }", "Y has no axis q"),
     ("schedule scale for cpu { io, ii = split(Y.i, 4)\n bind(io, \"blockIdx.x\") }",
      "has no GPU threads"),
+    ("op total(X: f32[N, D]) -> Y: f32[N] { Y[n] = 1.0 + sum[d](X[n, d]) }\n"
+     "schedule total for cpu { do, di = split(Y.d, 4) }",
+     "d is the axis of a sum nested in an expression"),
 ])
 def test_check_reports_schedule_blocks_at_their_statement(capsys, tmp_path, block, message):
     """Blocks were ignored (unknown target), shadowed (a second default, a user's naive) or

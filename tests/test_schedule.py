@@ -170,6 +170,23 @@ def test_a_literal_knob_default_outside_its_choices_is_refused_at_its_span():
     assert computed.schedule().default_config() == {"t": 8}
 
 
+@pytest.mark.parametrize("directive", ["do, di = split(Y.d, 4)", "reorder(Y.d, Y.n)",
+                                       "vectorize(Y.d)", "unroll(Y.d)"])
+def test_a_nested_reductions_axis_says_why_it_cant_be_scheduled(directive):
+    """`Y[n] = 1.0 + sum[d](...)`: d is no loop of Y; the error said only "Y has no axis d"."""
+    import tdsl
+    op = tdsl.loads("op f(X: f32[N, D]) -> Y: f32[N] { Y[n] = 1.0 + sum[d](X[n, d]) }\n"
+                    f"schedule f for cpu {{ {directive} }}\n")["f"]
+    with pytest.raises(ScheduleError, match="d is the axis of a sum nested in an "
+                                            "expression") as info:
+        op.lower()
+    assert "a stage of its own" in info.value.hint and "rfactor(Y.d, F)" in info.value.hint
+    rf = tdsl.loads("op f(X: f32[N, D]) -> Y: f32[N] { Y[n] = 1.0 + sum[d](X[n, d]) }\n"
+                    "schedule f for cpu { P = rfactor(Y.d, 4)\n reorder(P.d_o, P.d_i)\n"
+                    " vectorize(P.d_i) }\n")["f"]
+    rf.lower()                                       # what the hint offers applies
+
+
 def test_compute_at_then_reorder_outside_is_fine():
     """Reordering loops that stay on the same side of the attach point is legal."""
     check("matmul", lambda s: s.cache_read("A", "local", ["C"]).tile("C", "i", "j", 2, 4)

@@ -5,12 +5,13 @@ from __future__ import annotations
 import operator
 
 from ...errors import ScheduleError
+from .. import te
 from .stage_graph import StageGraph, StageState
 
 
-def fail(st: StageState, what: str, why: str, span) -> None:
+def fail(st: StageState, what: str, why: str, span, hint: str | None = None) -> None:
     raise ScheduleError(f"In schedule of {st.name}, can't {what}: {why}; "
-                        f"loops are: {st.loops()}", span)
+                        f"loops are: {st.loops()}", span, hint=hint)
 
 
 def live_stage(g: StageGraph, name: str, span) -> StageState:
@@ -26,7 +27,23 @@ def leaf(st: StageState, axis: str, what: str, span) -> None:
         return
     if axis in st.extents:
         fail(st, what, f"{axis} is no longer a loop (it was split or fused)", span)
+    nested = nested_reduction(st, axis)
+    if nested is not None:
+        fail(st, what, f"{axis} is the axis of a {nested.combiner} nested in an expression: it "
+             f"is computed whole inside {st.name}'s loops and has no loop of its own", span,
+             hint=f"write the {nested.combiner} as a stage of its own (T[...] = "
+                  f"{nested.combiner}[{axis}](...), then T[...] in {st.name}'s expression) "
+                  f"and schedule T.{axis}; or P = rfactor({st.name}.{axis}, F), then schedule "
+                  f"P's loops {axis}_o and {axis}_i")
     fail(st, what, f"{st.name} has no axis {axis}", span)
+
+
+def nested_reduction(st: StageState, axis: str):
+    """The reduction nested in the stage's value (not its top-level one) over ``axis``."""
+    for r in te.walk(st.value):
+        if isinstance(r, te.Reduce) and any(iv.var.name == axis for iv in r.axes):
+            return r
+    return None
 
 
 def untouched(g: StageGraph, st: StageState, axis: str, what: str, span) -> None:
