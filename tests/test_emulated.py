@@ -83,6 +83,18 @@ def test_wrong_input_is_a_call_error():
         kernel(arrays[0].astype(np.float64))
 
 
+
+def test_size_zero_inputs_and_outputs_run():
+    """Issue 28: a row sum over D = 0 (an empty input) and over N = 0 (an empty output) run
+    as the reference does, instead of "input 0 could not be read"."""
+    target = target_or_skip("c-embedded")
+    op = tdsl.loads("op rs(X: f32[N, D]) -> (Y: f32[N]) {\n    Y[n] = sum[d](X[n, d])\n}")["rs"]
+    for n, d in ((3, 0), (0, 4)):
+        x = np.zeros((n, d), np.float32)
+        got = op.build(target, shapes={"N": n, "D": d})(x)
+        np.testing.assert_array_equal(got, op.reference(x))
+
+
 # --------------------------------------------------------------------------- issue 8
 
 HOST_C_OPS = ["matmul", "conv2d", "softmax", "relu", "depthwise_conv2d"]

@@ -148,8 +148,9 @@ def harness_source(header: str, entry: str, args: list[Arg], arena_bytes: int | 
     lines += ["", "int main(void) {"]
     for i, (a, name) in enumerate(zip(args, names)):
         if not a.output:
-            lines.append(f"    if (load(\"{name}.bin\", {name}, sizeof {name})) return "
-                         f"{10 + i};")
+            # exactly count elements: a size-0 input is an empty file (the buffer has 1)
+            lines.append(f"    if (load(\"{name}.bin\", {name}, {a.count} * sizeof {name}[0])) "
+                         f"return {10 + i};")
     call = [f"{name}[0]" if a.by_value else name for a, name in zip(args, names)]
     if arena_bytes is not None:
         call.append("arena")
@@ -157,8 +158,8 @@ def harness_source(header: str, entry: str, args: list[Arg], arena_bytes: int | 
               "    if (rc != 0) return 60 + rc;"]
     for i, (a, name) in enumerate(zip(args, names)):
         if a.output:
-            lines.append(f"    if (save(\"{name}.bin\", {name}, sizeof {name})) return "
-                         f"{40 + i};")
+            lines.append(f"    if (save(\"{name}.bin\", {name}, {a.count} * sizeof {name}[0])) "
+                         f"return {40 + i};")
     return "\n".join(lines + ["    return 0;", "}", ""])
 
 
