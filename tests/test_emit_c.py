@@ -466,17 +466,36 @@ def test_odd_lane_counts_print_lane_by_lane(cache):
 @pytest.mark.parametrize("name", ["omp_get_thread_num", "_init", "_fini", "malloc", "main",
                                   "tdsl_floordiv_i64"])
 def test_ops_named_like_library_symbols_build_and_run(name):
-    """The exported entry is tdsl_<op>_<digest>: no name an op may have meets libc, the C
-    runtime, OpenMP or tdsl's own helpers."""
+    """The function is static tdsl_<op>_<digest>, exported as <op>_run: no name an op may
+    have meets libc, the C runtime, OpenMP or tdsl's own helpers."""
     import tdsl
     op = tdsl.loads(f"op {name}(X: f32[N]) -> Y: f32[N] {{ Y[i] = X[i] * 2.0 }}")[name]
     x = np.arange(4096, dtype=np.float32)
     np.testing.assert_array_equal(op.build()(x), x * 2)
 
 
+@needs_gcc
+def test_the_library_exports_one_stable_name_whatever_the_op_becomes():
+    """C that links a kernel's library calls <op>_run, as it does an embedded build's: the
+    content-hashed function (which changes with every edit of the op) stays internal."""
+    import subprocess
+    import tdsl
+    names = []
+    for scale in ("2.0", "3.0"):
+        op = tdsl.loads(f"op twice(X: f32[N]) -> Y: f32[N] {{ Y[i] = X[i] * {scale} }}")["twice"]
+        kernel = op.build(specialize=False)
+        assert "int twice_run(const float* restrict X, float* restrict Y, int64_t N);" \
+            in kernel.header
+        nm = subprocess.run(["nm", "-D", "--defined-only", str(kernel.lib_path)],
+                            capture_output=True, text=True, check=True).stdout
+        names.append(sorted(line.split()[-1] for line in nm.splitlines()
+                            if line.split()[-2] == "T"))
+    assert names[0] == names[1] == ["twice_run"]
+
+
 def test_fixed_sizes_become_constants():
     module = emit_c(matmul_func(), shapes={"K": 64})
-    assert module.name.startswith("tdsl_matmul_")
+    assert module.name == "matmul_run"
     assert module.prototype == (f"int {module.name}(const float* restrict A, "
                                 "const float* restrict B, "
                                 "float* restrict C, int64_t M, int64_t N)")

@@ -94,9 +94,10 @@ class CFamilyPrinter(CExpressionPrinter):
                          f"({buf.scope}, {self.expr(count)} elements) without an allocator")
 
     # ------------------------------------------------------------ the function
-    def prototype(self) -> str:
+    def prototype(self, function_name: str | None = None) -> str:
         """The signature, written once: for the definition, the header and ``ffi.cdef``.
-        Inputs are const pointers (rank 0: values), outputs writable, then free sizes."""
+        Inputs are const pointers (rank 0: values), outputs writable, then free sizes.
+        ``function_name`` (the function's own by default) names another of that signature."""
         params = []
         for i, b in enumerate(self.func.params):
             name, ctype = self.namer.lookup(b), to_c(b.dtype)
@@ -109,7 +110,8 @@ class CFamilyPrinter(CExpressionPrinter):
         params += [f"int64_t {self.namer.lookup(v)}" for v in self.func.shape_vars
                    if v not in self.fixed]
         qualifier = f"{self.function_qualifier} " if self.function_qualifier else ""
-        return f"{qualifier}{self.return_type} {self.name}({', '.join(params) or 'void'})"
+        name = function_name or self.name
+        return f"{qualifier}{self.return_type} {name}({', '.join(params) or 'void'})"
 
     def function(self) -> list[str]:
         body = self.stmt(self.func.body)
