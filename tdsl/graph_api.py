@@ -135,7 +135,11 @@ class Graph:
             return EmulatedGraph(self.emit_embedded(target, params, shapes, fuse, fold),
                                  target, flags)
         if target.kind != "c":
-            raise BuildError(f"graphs build for the host C target only, not '{target}'")
+            raise BuildError(
+                f"graphs build for the 'c' (host C) and 'c-embedded' targets only, not "
+                f"'{target}' (kind {target.kind})",
+                hint="build each op for this target with Op.build; `tdsl graph --target "
+                     f"{target.kind}` shows the fused kernels the graph would have")
         weights = load_params(params, self.ir)
         return GraphModule(self, weights, target, fuse, fold, dict(shapes or {}), flags,
                            tuning_log, BLOCKED_LAYOUT_DEFAULT if layout is None else layout,

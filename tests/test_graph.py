@@ -455,3 +455,15 @@ def test_an_unused_param_is_a_warning_at_its_place():
         warnings.simplefilter("error")          # the example models use every param
         for name in ("mlp", "small_cnn", "mobilenet_block", "kws_dscnn_int8"):
             load(name)
+
+
+def test_a_graph_for_opencl_is_refused_naming_the_targets_graphs_build_for():
+    """Issue 28: the message names both kinds that build (c and c-embedded), not "host C
+    only" while c-embedded graphs build and run."""
+    g = load("mlp")
+    try:
+        target = tdsl.Target("opencl")
+    except tdsl.TdslError as exc:
+        pytest.skip(str(exc))
+    with pytest.raises(tdsl.TdslError, match=r"'c' \(host C\) and 'c-embedded' targets only"):
+        g.build(target=target)
