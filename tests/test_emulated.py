@@ -115,6 +115,15 @@ def test_host_c_for_armv8_runs_under_qemu_aarch64(name):
     np.testing.assert_allclose(got, op.reference(*arrays, **attrs), rtol=RTOL, atol=ATOL)
 
 
+
+def test_run_host_c_on_an_unlowered_function_says_what_it_takes():
+    """Issue 28: op.function() (a te.Function) was a raw AttributeError from the printer."""
+    op = tdsl.loads("op inc(X: f32[N]) -> (Y: f32[N]) {\n    Y[n] = X[n] + 1.0\n}")["inc"]
+    for wrong in (op.function(), op):
+        with pytest.raises(tdsl.CallError, match="takes a LoweredFunc.*op.lower"):
+            run_host_c(wrong, "c", [np.zeros(3, np.float32)])
+
+
 # --------------------------------------------------------------------------- requantize
 
 RQ_SCALES = (0.3, 1e-6, 0.9999999, 3.7, 2.0 ** -31, 0.5)

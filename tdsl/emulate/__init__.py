@@ -299,6 +299,17 @@ def _linker_script(board: Board) -> str:
 
 # ------------------------------------------------------------------------ kernels
 
+def _need_lowered(func, who: str) -> None:
+    """A clear error for anything but a `LoweredFunc` (an op's te.Function, the Op)."""
+    if isinstance(func, LoweredFunc):
+        return
+    what = type(func).__name__
+    raise CallError(f"{who} takes a LoweredFunc (what op.lower returns, every size fixed), "
+                    f"not a {what}",
+                    hint="lower the op first: func = op.lower(None, shapes={...}, "
+                         "target=target); op.function() is the unscheduled tensor expression")
+
+
 class EmulatedKernel:
     """An embedded function built into a test program for its target, called on numpy
     arrays: ``y = kernel(x, w)`` runs the program (natively or under QEMU) and returns the
@@ -306,6 +317,7 @@ class EmulatedKernel:
 
     def __init__(self, func: LoweredFunc, target: Target | str, flags=()):
         from ..emit_c.embedded import emit_embedded
+        _need_lowered(func, "EmulatedKernel")
         self.func = func
         self.target = as_target(target)
         self.module = emit_embedded(func, target=self.target)
@@ -353,6 +365,7 @@ def run_host_c(func: LoweredFunc, target: Target | str, arrays) -> list[np.ndarr
     """Run the ``c`` kind's C for ``func`` (every size fixed) on ``target``'s machine,
     emulated where it is another: OpenMP and GNU vectors included."""
     from ..emit_c.c import emit_c
+    _need_lowered(func, "run_host_c")
     target = as_target(target)
     module = emit_c(func, target=target)
     bench = Bench(target)
