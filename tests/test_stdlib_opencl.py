@@ -132,3 +132,37 @@ def test_opencl_convolutions_at_sizes_no_tile_divides(name):
                                      dtype=np.float32)
             np.testing.assert_allclose(kernel(x, wt), op.reference(x, wt, **attrs),
                                        rtol=1e-4, atol=1e-4)
+
+
+def _chatty(real, fail=False):
+    """A DeviceKernel that prints on fd 2 as PoCL's clang does while it compiles."""
+    import os
+
+    def make(*args, **kw):
+        os.write(2, b"1 warning generated.\n")
+        if fail:
+            from tdsl.errors import BuildError
+            raise BuildError("the OpenCL driver rejected the kernels of relu:\n(log)")
+        return real(*args, **kw)
+    return make
+
+
+def test_driver_output_is_shown_only_on_failure_or_asked_for(monkeypatch, capfd):
+    """Issue 28: "1 warning generated." leaked to the terminal at every OpenCL build."""
+    import tdsl.emit_opencl.build as ocl
+    import numpy as np
+    op = tdsl.loads("op relu1(X: f32[N]) -> (Y: f32[N]) {\n    Y[i] = max(X[i], 0.0)\n}")["relu1"]
+    monkeypatch.setattr(ocl, "DeviceKernel", _chatty(ocl.DeviceKernel))
+    monkeypatch.delenv(ocl.LOG_ENV, raising=False)
+    kernel = op.build(target="opencl")
+    x = np.arange(-3, 3, dtype=np.float32)
+    np.testing.assert_array_equal(kernel(x), np.maximum(x, 0))
+    assert "warning generated" not in capfd.readouterr().err
+    monkeypatch.setenv(ocl.LOG_ENV, "1")
+    op.build(target="opencl", shapes={"N": 7})
+    assert "1 warning generated." in capfd.readouterr().err
+    monkeypatch.delenv(ocl.LOG_ENV)
+    monkeypatch.setattr(ocl, "DeviceKernel", _chatty(ocl.DeviceKernel, fail=True))
+    with pytest.raises(tdsl.TdslError, match="(?s)rejected.*the driver printed.*1 warning"):
+        op.build(target="opencl", shapes={"N": 5})
+    assert "warning generated" not in capfd.readouterr().err

@@ -1,6 +1,10 @@
 """Emit a lowered function as OpenCL kernels plus host C, build it, load it."""
 from __future__ import annotations
 
+import contextlib
+import os
+import sys
+import tempfile
 from dataclasses import dataclass
 
 from ..emit_c.build import LIBS, BuildCache
@@ -8,6 +12,7 @@ from ..emit_c.c import CModule, HostC
 from ..emit_c.device import check_limits, device_header
 from ..emit_c.device_kernel import DeviceKernel
 from ..emit_c.printer import fixed_shapes
+from ..errors import BuildError
 from ..lowering.device import split_kernels
 from ..lowering.loop_ir import LoweredFunc
 from ..target import as_target
@@ -64,8 +69,47 @@ def load_opencl(func: LoweredFunc, module: CModule, built, target, kernels: str,
                 shapes: dict | None = None) -> DeviceKernel:
     """Load a compiled library; the driver compiles the kernels now (a `BuildError` with
     its log if it refuses them)."""
-    return DeviceKernel(func, module, built, fixed_shapes(func, shapes or {}),
-                        as_target(target), kernels, "OpenCL")
+    try:
+        with driver_output() as said:
+            kernel = DeviceKernel(func, module, built, fixed_shapes(func, shapes or {}),
+                                  as_target(target), kernels, "OpenCL")
+    except BuildError as exc:
+        if said():
+            exc.message += f"\n(the driver printed)\n{said()}"
+            exc.args = (exc.render(),)
+        raise
+    if said() and kernel._device_error is not None:
+        kernel._device_error += f" (the driver printed: {said()})"
+    if said() and os.environ.get(LOG_ENV):
+        print(said(), file=sys.stderr)
+    return kernel
+
+
+LOG_ENV = "TDSL_OPENCL_LOG"     # set (to anything but ""): show what the driver printed
+
+
+@contextlib.contextmanager
+def driver_output():
+    """Capture what the OpenCL driver prints on file descriptor 2 while it compiles (PoCL's
+    clang says "1 warning generated." there, whatever the build log holds): yields a
+    function giving the text so far, stripped. `load_opencl` shows it only with a failure
+    or with TDSL_OPENCL_LOG set."""
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError):          # no fd 2 to speak of: nothing to capture
+        yield lambda: ""
+        return
+    text = [""]
+    with tempfile.TemporaryFile() as tmp:
+        os.dup2(tmp.fileno(), 2)
+        try:
+            yield lambda: text[0]
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            tmp.seek(0)
+            text[0] = tmp.read().decode(errors="replace").strip()
 
 
 def build_opencl(func: LoweredFunc, *, shapes: dict | None = None, target=None, flags=(),
