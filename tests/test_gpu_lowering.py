@@ -224,3 +224,18 @@ def test_set_scope_is_refused_for_an_output():
     sched = mod["mm"].schedule("naive").set_scope("C", "shared")
     with pytest.raises(tdsl.ScheduleError, match="output"):
         mod["mm"].lower(sched, target="opencl")
+
+
+def test_a_shared_buffer_of_unfixed_size_is_reported_in_tdsl_notation():
+    """Issue 28: the message said "tdsl_max_i64(2 * K + 30, 0) elements", a C helper's name."""
+    from tdsl.emit_opencl.printer import OpenCLPrinter
+    from tdsl.lowering.device import split_kernels
+    func = tdsl.stdlib["matmul"].lower(target="opencl")
+    kernel = split_kernels(func).kernels[0].as_function(func)
+    printer = OpenCLPrinter(kernel, None, tdsl.Target("opencl"))
+    k = te.Var("K")
+    count = te.intrinsic("max", te.binary("+", te.binary("*", _i(2), k), _i(30)), _i(0))
+    with pytest.raises(tdsl.TdslError) as e:
+        printer.declare_allocation(Buffer("Xs", "f32", (count,), "shared"), "Xs", count, [])
+    assert "Xs has max(2 * K + 30, 0) elements" in str(e.value)
+    assert "tdsl_" not in str(e.value)

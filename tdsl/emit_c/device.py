@@ -24,6 +24,7 @@ from ..errors import BuildError
 from ..lowering import te
 from ..lowering.device import DeviceFunc, Kernel
 from ..lowering.dtypes import to_c
+from ..lowering.te_printer import format_expr
 from ..lowering.loop_ir import Barrier, Buffer, ForKind, walk_stmt
 from .c import HostC
 from .lanes import mul
@@ -91,7 +92,7 @@ class DeviceKernelPrinter(CFamilyPrinter):
         if buf.scope != "shared":
             return super().declare_allocation(buf, name, count, body)
         if not isinstance(count, te.Const):
-            raise BuildError(f"shared buffer {buf.name} has {self.expr(count)} elements, "
+            raise BuildError(f"shared buffer {buf.name} has {format_expr(count)} elements, "
                              f"not a compile-time constant",
                              hint="fix the tile sizes (split factors) of the stage computed "
                                   "in shared memory, or the op's sizes (shapes=...)")

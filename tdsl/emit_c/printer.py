@@ -23,6 +23,7 @@ import functools
 from ..errors import BuildError
 from ..lowering import te
 from ..lowering.dtypes import to_c
+from ..lowering.te_printer import format_expr
 from ..target import Target, as_target
 from ..lowering.loop_ir import (Barrier, Buffer, ForKind, If, LoweredFunc, Store, split_dtype,
                                 vector_dtype)
@@ -91,7 +92,7 @@ class CFamilyPrinter(CExpressionPrinter):
             return [f"{self.element_type(buf.dtype)} {name}[{self.stack_elements(buf, count)}]"
                     f"{self.align_attribute(buf.align)};", *body]
         raise BuildError(f"the {self.language} backend cannot allocate {buf.name} "
-                         f"({buf.scope}, {self.expr(count)} elements) without an allocator")
+                         f"({buf.scope}, {format_expr(count)} elements) without an allocator")
 
     # ------------------------------------------------------------ the function
     def prototype(self, function_name: str | None = None) -> str:
