@@ -417,7 +417,8 @@ def cmd_test(args) -> int:
     mod = load(args.file)
     if args.op is not None and args.op not in mod:
         raise TdslError(f"no op '{args.op}' in {args.file} (ops: {', '.join(sorted(mod))})")
-    return run_property_test(mod, args.op, args.target, args.examples)
+    return run_property_test(mod, args.op, args.target, args.examples,
+                             parse_attrs(args.attr))
 
 
 TARGET_HELP = ("what to build for (default: c, this machine), e.g. 'c -march=x86-64-v3'; "
@@ -521,6 +522,9 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--op", help="only this op (default: every op of FILE)")
     t.add_argument("--target", default="c", help=TARGET_HELP)
     t.add_argument("--examples", type=positive_int, default=20, help="examples per op")
+    t.add_argument("--attr", action="append", metavar="NAME=VALUE",
+                   help="an attribute for the ops that have it, e.g. --attr kernel=2 "
+                        "(repeatable); needed for attributes without defaults")
     t.set_defaults(run=cmd_test)
     return p
 

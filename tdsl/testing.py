@@ -29,7 +29,7 @@ from .arrays import input_shapes, random_arguments, random_array  # noqa: F401 (
 from .api import BACKENDS
 from .emit_c.kernel import build_kernel
 from .emit_c.sanitized import run_sanitized
-from .errors import CallError, ScheduleError
+from .errors import CallError, ScheduleError, TdslError
 from .frontend.to_te import ranks_for_pack
 from .lowering import te
 from .lowering.default_schedule import default_schedule
@@ -341,24 +341,39 @@ def _build(func, target):
     return BACKENDS[target.kind](func, target=target)
 
 
-def run_property_test(module, op_name: str | None, target: str, examples: int) -> int:
-    """``tdsl test``: property-test each op; print a shrunk counterexample on failure."""
+def run_property_test(module, op_name: str | None, target: str, examples: int,
+                      attrs: dict | None = None) -> int:
+    """``tdsl test``: property-test each op; print a shrunk counterexample on failure.
+    ``attrs`` (``--attr``): attribute values, each given to the ops that have it. An op with
+    an attribute that has no default and no value here is skipped, naming it, and the exit
+    status is 1 then too: nothing was tested of it."""
+    attrs = dict(attrs or {})
     names = [op_name] if op_name else (module.own_ops() or sorted(module))
-    failed = 0
+    unused = set(attrs) - {a for name in names for a in module[name].attr_names}
+    if unused:
+        raise TdslError(f"--attr {', '.join(sorted(unused))}: no op tested here has "
+                        f"{'such attributes' if len(unused) > 1 else 'that attribute'}")
+    failed = skipped = 0
     for name in names:
         op = module[name]
-        if op.attr_names and any(a.default is None for a in op.ast.attrs):
-            print(f"{name}: skipped (attributes without defaults: give them in a test)")
+        op_attrs = {k: v for k, v in attrs.items() if k in op.attr_names}
+        missing = [a for a in op.ast.attrs if a.default is None and a.name not in op_attrs]
+        if missing:
+            skipped += 1
+            print(f"{name}: skipped: attribute{'s' * (len(missing) > 1)} "
+                  f"{', '.join(f'{a.name} ({a.kind})' for a in missing)} without a default; "
+                  f"give {'them' if len(missing) > 1 else 'it'} with "
+                  f"{' '.join(f'--attr {a.name}=VALUE' for a in missing)}", file=sys.stderr)
             continue
 
         last: list = []         # the case hypothesis replays last is the shrunk one
 
         @settings(max_examples=examples, deadline=None, database=None,
                   suppress_health_check=list(HealthCheck), print_blob=False)
-        @given(cases(op, target=target))
+        @given(cases(op, op_attrs, target=target))
         def prop(case):
             last[:] = [case]
-            check_case(op, case, target=target)
+            check_case(op, case, op_attrs, target=target)
 
         try:
             prop()
@@ -368,4 +383,4 @@ def run_property_test(module, op_name: str | None, target: str, examples: int) -
                   file=sys.stderr)
         else:
             print(f"{name}: ok ({examples} examples)")
-    return 1 if failed else 0
+    return 1 if failed or skipped else 0

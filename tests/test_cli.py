@@ -370,3 +370,18 @@ def test_check_prints_a_line_for_an_unused_graph_param(capsys, tmp_path):
         code, out, err = main(capsys, "check", path)
         assert code == 0 and f"{path}: ok (0 ops, 1 graph, 1 warning)" in out, out
         assert err == f"warning: {path}:3:5: param 'w' of graph g is never used\n", err
+
+
+def test_test_takes_attributes_and_a_skip_names_the_one_to_give(capsys):
+    """Issue 28: an op whose attribute has no default was "skipped" with exit 0, and its
+    attributes could not be given."""
+    code, out, err = main(capsys, "test", "std", "--op", "max_pool2d", "--examples", "2")
+    assert code == 1 and "ok" not in out
+    assert "max_pool2d: skipped: attribute kernel (int) without a default" in err
+    assert "--attr kernel=VALUE" in err
+    code, out, err = main(capsys, "test", "std", "--op", "max_pool2d", "--attr", "kernel=2",
+                          "--examples", "2")
+    assert code == 0 and "max_pool2d: ok (2 examples)" in out, err
+    code, out, err = main(capsys, "test", "std", "--op", "max_pool2d", "--attr", "kernel=2",
+                          "--attr", "nope=1")
+    assert code != 0 and "nope" in err
