@@ -94,6 +94,20 @@ class CallError(TdslError, TypeError):
     phase = "call error"
 
 
+def wrong_dtype(who: str, name: str, got, want, declared: str) -> CallError:
+    """The one wording of an argument of the wrong dtype, for the reference and every
+    kernel: ``who`` ("argument X"), ``want`` the numpy dtype, ``declared`` the parameter's
+    tdsl type."""
+    return CallError(f"{who} has dtype {got}, expected {want} ({declared}); arrays are not "
+                     f"cast silently", hint=f"pass {name}.astype(np.{want})")
+
+
+def not_an_array(who: str, value, want, declared: str) -> CallError:
+    """The one wording of a list (or another non-array) where an array is needed."""
+    return CallError(f"{who} must be a numpy.ndarray of {want} ({declared}), got "
+                     f"{type(value).__name__}", hint=f"convert it: np.asarray(x, dtype=np.{want})")
+
+
 class ErrorList(TdslError):
     """Several independent errors found in one pass over a file (the checker reports all)."""
 

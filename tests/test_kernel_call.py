@@ -248,3 +248,20 @@ def test_call_errors_are_type_errors_with_a_hint(matmul):
     with pytest.raises(TypeError) as info:
         matmul(f32(2, 3).astype(np.float64), f32(3, 4))
     assert "hint: pass A.astype(np.float32)" in str(info.value)
+
+
+def test_the_reference_and_the_kernel_word_a_dtype_error_alike():
+    """Issue 28: "dtype is float64 but the parameter is f32[N]" (reference) and "has dtype
+    float64, expected float32 (f32)" (kernel) for the same mistake."""
+    import re
+    import tdsl
+    op = tdsl.loads("op inc(X: f32[N]) -> (Y: f32[N]) {\n    Y[n] = X[n] + 1.0\n}")["inc"]
+    kernel = op.build("c")
+    for bad in (np.zeros(3, np.float64), [1.0, 2.0]):
+        said = []
+        for call in (op.reference, kernel):
+            with pytest.raises(CallError) as e:
+                call(bad)
+            said.append(re.sub(r"argument 'X' \(1st\)", "argument X", str(e.value)))
+        assert said[0] == said[1]
+    assert "must be a numpy.ndarray of float32 (f32[N]), got list" in said[0]

@@ -547,12 +547,12 @@ def test_scalar_params():
 
 
 @pytest.mark.parametrize("args,match", [
-    ([np.float64(2.0), "x", 1.0], r"argument 'alpha' \(1st\): dtype is float64 .*f32"),
+    ([np.float64(2.0), "x", 1.0], r"argument 'alpha' \(1st\) has dtype float64, expected float32 \(f32\)"),
     ([2.0, "x", np.ones(1, np.float32)], r"argument 'beta' \(3rd\): expected a scalar"),
     ([2.0, "x", "1"], r"argument 'beta' \(3rd\): expected a f32 scalar"),
-    ([2.0, [1.0, 2.0], 1.0], r"argument 'X' \(2nd\): expected a numpy array"),
+    ([2.0, [1.0, 2.0], 1.0], r"argument 'X' \(2nd\) must be a numpy.ndarray of float32"),
     ([2.0, np.ones((2, 2), np.float32), 1.0], r"argument 'X' \(2nd\): expected a 1-d array"),
-    ([2.0, np.ones(3), 1.0], r"argument 'X' \(2nd\): dtype is float64"),
+    ([2.0, np.ones(3), 1.0], r"argument 'X' \(2nd\) has dtype float64, expected float32"),
     ([2.0, "x"], r"takes 3 argument\(s\) \(alpha, X, beta\) but 2 were given"),
 ])
 def test_call_errors_name_the_parameter(args, match):

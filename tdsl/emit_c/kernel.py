@@ -27,7 +27,7 @@ import functools
 import numpy as np
 from cffi import FFI
 
-from ..errors import BuildError, CallError
+from ..errors import BuildError, CallError, not_an_array, wrong_dtype
 from ..lowering import te
 from ..lowering.dtypes import canonical_bools, to_c, to_numpy
 from ..lowering.loop_ir import Buffer, LoweredFunc
@@ -254,13 +254,10 @@ def _check_input(buf: Buffer, value, dtype: np.dtype):
     if not buf.shape and not isinstance(value, np.ndarray):
         return _scalar_argument(buf, value)
     if not isinstance(value, np.ndarray):
-        raise CallError(f"argument {buf.name} must be a numpy.ndarray of {dtype} "
-                        f"({_describe(buf)}), got {type(value).__name__}",
-                        hint=f"convert it: np.asarray(x, dtype=np.{dtype})")
+        raise not_an_array(f"argument {buf.name}", value, dtype, _type_text(buf))
     if value.dtype != dtype:
-        raise CallError(f"argument {buf.name} has dtype {value.dtype}, expected {dtype} "
-                        f"({buf.dtype}); arrays are not cast silently",
-                        hint=f"pass {buf.name}.astype(np.{dtype})")
+        raise wrong_dtype(f"argument {buf.name}", buf.name, value.dtype, dtype,
+                          _type_text(buf))
     if value.ndim != len(buf.shape):
         raise CallError(f"argument {buf.name} has rank {value.ndim} (shape {value.shape}), "
                         f"expected rank {len(buf.shape)}: {_describe(buf)}")
@@ -276,7 +273,7 @@ def _scalar_argument(buf: Buffer, value):
     dtype = to_numpy(buf.dtype)
     if isinstance(value, np.generic):
         if value.dtype != dtype:
-            raise CallError(f"argument {buf.name} has dtype {value.dtype}, expected {dtype}")
+            raise wrong_dtype(f"argument {buf.name}", buf.name, value.dtype, dtype, buf.dtype)
         return value.item()
     if buf.dtype == "bool":
         ok = isinstance(value, bool)
@@ -289,6 +286,11 @@ def _scalar_argument(buf: Buffer, value):
     if not ok:
         raise CallError(f"argument {buf.name} must be a {buf.dtype} scalar, got {value!r}")
     return value
+
+
+def _type_text(buf: Buffer) -> str:
+    """``f32[N, K]``: the parameter's type as the reference's messages write it."""
+    return _describe(buf).partition(": ")[2]
 
 
 def _describe(buf: Buffer) -> str:

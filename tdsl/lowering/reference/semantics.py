@@ -20,7 +20,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ...errors import CallError
+from ...errors import CallError, not_an_array, wrong_dtype
 from .. import sizes, te
 from ..dtypes import canonical_bools, is_float, is_int, to_numpy
 from .stage import Evaluator, reduce_depth
@@ -113,12 +113,10 @@ def _convert(value, t: te.Tensor, arg: str) -> np.ndarray:
             raise CallError(f"{arg}: expected {what} ({_type_of(t)}), got an array of shape "
                             f"{arr.shape}")
         if arr.dtype != want:
-            raise CallError(f"{arg}: dtype is {arr.dtype} but the parameter is {_type_of(t)}",
-                            hint=f"convert it with .astype(np.{want.name})")
+            raise wrong_dtype(arg, t.name, arr.dtype, want, _type_of(t))
         return canonical_bools(arr)
     if t.ndim:
-        raise CallError(f"{arg}: expected a numpy array ({_type_of(t)}), got "
-                        f"{type(value).__name__}", hint="wrap it with np.asarray(..., dtype)")
+        raise not_an_array(arg, value, want, _type_of(t))
     # A Python scalar for a scalar parameter: converted, but never silently changed.
     ok = (isinstance(value, bool) if t.dtype == "bool" else
           isinstance(value, numbers.Integral) if is_int(t.dtype) else
