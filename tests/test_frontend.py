@@ -846,3 +846,22 @@ def test_example_attention(causal):
 
 def test_example_files_listing():
     assert {"attention.tdsl", "matmul.tdsl"} <= {p.name for p in EXAMPLES.glob("*.tdsl")}
+
+
+def test_an_integer_literal_too_large_for_the_type_warns_at_its_line():
+    """Issue 28: ``X[i] + 300`` on i8 silently added 44."""
+    import warnings
+    from tdsl.errors import TdslWarning
+    src = "op a(X: i8[N], U: u8[N]) -> (Y: i8[N], Z: u8[N]) {\n    Y[i] = X[i] + 300\n" \
+          "    Z[i] = U[i] * 2\n}"
+    with pytest.warns(TdslWarning) as record:
+        op = tdsl.loads(src, "w.tdsl")["a"]
+        x, u = np.zeros(2, np.int8), np.ones(2, np.uint8)
+        y, _ = op.reference(x, u)
+    text = [str(w.message) for w in record]
+    assert any(t.startswith("w.tdsl:2:") and "the literal 300 does not fit in i8 "
+               "(-128..127): it wraps to 44" in t for t in text), text
+    assert y.tolist() == [44, 44]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", TdslWarning)     # in range: no warning
+        tdsl.loads(src.replace("300", "100"), "ok.tdsl")["a"].reference(x, u)

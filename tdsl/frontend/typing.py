@@ -7,11 +7,12 @@ so narrowing (and widening) is always written as a cast, e.g. ``f32(i)``.
 """
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
-from ..errors import CheckError, Span
+from ..errors import CheckError, Span, TdslWarning
 from ..lowering import te
-from ..lowering.dtypes import FLOATS, INDEX, INTS
+from ..lowering.dtypes import FLOATS, INDEX, INTS, to_numpy
 
 INT_LIT, FLOAT_LIT = "int literal", "float literal"
 
@@ -44,8 +45,29 @@ def coerce(x: Typed, dtype: str, span: Span | None, what: str = "value") -> te.E
         raise CheckError("a number can't be used as bool", span, hint="compare it, e.g. x != 0")
     e = x.expr
     if isinstance(e, te.Const):
+        _warn_if_out_of_range(e.value, dtype, span)
         return te.const(e.value, dtype)
     return e if e.dtype == dtype else te.Cast(e, dtype)
+
+
+def _warn_if_out_of_range(value, dtype: str, span: Span | None) -> None:
+    """An integer literal the type can't hold wraps (``X[i] + 300`` on i8 adds 44): legal,
+    and almost surely a mistake, so a `TdslWarning` at its expression."""
+    if dtype not in INTS or isinstance(value, bool) or not isinstance(value, int):
+        return
+    import numpy as np
+    info = np.iinfo(to_numpy(dtype))
+    if info.min <= value <= info.max:
+        return
+    bits = info.bits
+    wrapped = value & ((1 << bits) - 1)
+    if info.min < 0 and wrapped > info.max:
+        wrapped -= 1 << bits
+    where = f"{span}: " if span is not None else ""
+    warnings.warn(TdslWarning(f"{where}the literal {value} does not fit in {dtype} "
+                              f"({info.min}..{info.max}): it wraps to {wrapped}; write "
+                              f"{wrapped} if that is meant, or use a wider type"),
+                  stacklevel=2)
 
 
 def unify(a: Typed, b: Typed, span: Span | None, op: str) -> tuple[te.Expr, te.Expr, str | None]:
