@@ -406,7 +406,16 @@ def cmd_graph(args) -> int:
 
 def cmd_import(args) -> int:
     from .onnx_import import import_onnx
-    out = import_onnx(args.model, args.output, args.name)
+    constants = {}
+    for item in args.const:
+        key, sep, path = item.partition("=")
+        if not sep or not key:
+            raise TdslError(f"--const {item}: expected INPUT=FILE.npy")
+        try:
+            constants[key] = np.load(path, allow_pickle=False)
+        except (OSError, ValueError) as e:
+            raise TdslError(f"--const {item}: can't read {path} as a .npy file: {e}") from None
+    out = import_onnx(args.model, args.output, args.name, constants)
     print(f"wrote {out.tdsl} and {out.npz} (graph {out.graph}: {out.nodes} ops, "
           f"{out.params} weights)")
     return 0
@@ -515,6 +524,9 @@ def build_parser() -> argparse.ArgumentParser:
     im.add_argument("model", metavar="MODEL.onnx")
     im.add_argument("-o", "--output", required=True, metavar="DIR/NAME.tdsl")
     im.add_argument("--name", help="the graph's name (default: the output file's stem)")
+    im.add_argument("--const", action="append", metavar="INPUT=FILE.npy", default=[],
+                    help="make a graph input a constant of the values in FILE.npy (an input "
+                         "that gives a shape, axes or pads); repeatable")
     im.set_defaults(run=cmd_import)
 
     t = sub.add_parser("test", help="property-test ops: random shapes, values, schedules")

@@ -3,9 +3,13 @@ its weights (under the optional extra ``tdsl[onnx]``: ``pip install 'tdsl[onnx]'
 
 Opsets 7 to current PyTorch exports (17+) are read: weights listed among the graph inputs
 (older exporters) are weights; shape arithmetic (Shape, Gather, Concat, ConstantOfShape,
-Reshape with a shape input ...) is evaluated here; Dropout and Identity vanish. Symbolic
-dimensions of the inputs (a batch ``N``) are set to 1: the graph is written for static
-shapes. An operator or attribute that is not supported is a `TdslError` naming the node.
+Reshape with a shape input ...) is evaluated here; Dropout and Identity vanish. Tensors are
+f32, f64, i64, i32, i16, i8, u8 or bool. Symbolic dimensions of the inputs (a batch ``N``) are
+set to 1: the graph is written for static shapes. A graph input used where a value must be
+known at import time (a Reshape's shape, a Slice's starts) can be given as a constant. An
+operator or attribute that is not supported is a `TdslError` naming the node.
+
+Converters are grouped by family, one module each, all registered in `registry`.
 """
 from __future__ import annotations
 
@@ -15,9 +19,15 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import TdslError
-from . import nn, ops  # noqa: F401  (nn registers its converters)
-from .convert import Converter, Tensor
-from .ops import ATTRIBUTES, CONVERTERS
+# the family modules register their converters when imported
+from . import (activations, attention, conv, elementwise, nn, normalization,  # noqa: F401
+               quantized, recurrent, reductions, tensor)
+from . import templates as T
+from .convert import Converter, NeedsConstant, Tensor, tdsl_dtype
+from .registry import ATTRIBUTES, CONVERTERS, FAMILY
+
+__all__ = ["ATTRIBUTES", "CONVERTERS", "FAMILY", "Imported", "NeedsConstant",
+           "convert_model", "import_onnx"]
 
 
 @dataclass(frozen=True)
@@ -38,10 +48,12 @@ def _onnx():
     return onnx
 
 
-def convert_model(model, name: str, source: str = "an ONNX model"
+def convert_model(model, name: str, source: str = "an ONNX model",
+                  constants: dict[str, np.ndarray] | None = None
                   ) -> tuple[str, dict[str, np.ndarray]]:
     """The .tdsl text of ``model`` (an ``onnx.ModelProto``) as graph ``name``, and its
-    weights by param name."""
+    weights by param name. ``constants`` gives values for graph inputs, which are then
+    constants of the graph rather than its inputs."""
     onnx = _onnx()
     from onnx import numpy_helper
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
@@ -49,23 +61,33 @@ def convert_model(model, name: str, source: str = "an ONNX model"
     cv = Converter(g, opset, name)
     for init in g.initializer:
         cv.static[init.name] = numpy_helper.to_array(init)
+    names = {inp.name for inp in g.input}
+    for k in constants or {}:
+        if k not in names:
+            raise TdslError(f"--const {k}: the model has no input '{k}' (inputs: "
+                            f"{', '.join(i.name for i in g.input)})")
+        cv.static[k] = np.asarray(constants[k])
     for inp in g.input:
         if inp.name in cv.static:
             continue                     # a weight listed among the inputs (opsets < 9)
         tt = inp.type.tensor_type
-        if tt.elem_type != onnx.TensorProto.FLOAT:
-            raise TdslError(f"input {inp.name}: only float32 inputs are supported")
+        if not inp.type.HasField("tensor_type"):
+            raise TdslError(f"input {inp.name}: only tensor inputs are supported (not "
+                            f"sequences, maps or optionals)")
+        np_dtype = onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type)
+        dtype = tdsl_dtype(np_dtype, f"input {inp.name}")
         shape = [d.dim_value if d.HasField("dim_value") else 1 for d in tt.shape.dim]
-        t = Tensor(cv.fresh(inp.name), shape)
+        t = Tensor(cv.fresh(inp.name), shape, dtype)
         cv.tensors[inp.name] = t
         cv.inputs.append(t)
+        cv.input_names.add(inp.name)
     for k, node in enumerate(g.node):
         cv.node, cv.count = node, k
         if node.domain not in ("", "ai.onnx"):
             raise cv.error(f"operators of domain '{node.domain}' are not supported")
         if node.op_type not in CONVERTERS:
-            raise cv.error("this operator is not supported (supported: "
-                           f"{', '.join(sorted(CONVERTERS))})")
+            raise cv.error("this operator is not supported (docs/onnx.md lists those that "
+                           "are)")
         attrs = {at.name: onnx.helper.get_attribute_value(at) for at in node.attribute}
         unknown = sorted(set(attrs) - ATTRIBUTES[node.op_type])
         if unknown:
@@ -73,26 +95,35 @@ def convert_model(model, name: str, source: str = "an ONNX model"
         CONVERTERS[node.op_type](cv, node, attrs)
     outs = []
     for o in g.output:
-        if o.name not in cv.tensors:
-            raise TdslError(f"output {o.name} is a constant or an input; tdsl graphs compute "
-                            f"their outputs")
-        outs.append(cv.tensors[o.name])
+        t = cv.tensor(o.name) if o.name in cv.static or o.name in cv.tensors else None
+        if t is None:
+            raise TdslError(f"output {o.name} is computed by no node")
+        if t in cv.inputs or t.name in cv.params or t in outs:
+            # a graph computes its outputs: an input, a constant or a repeated output is
+            # copied
+            cv.call(o.name + "#copy", cv.op("copy", T.reshape(list(t.shape), list(t.shape),
+                                                             t.dtype)),
+                    [t], t.shape, dtype=t.dtype)
+            t = cv.tensors[o.name + "#copy"]
+        outs.append(t)
     return _text(cv, name, source, opset, outs), dict(cv.params)
 
 
 def _text(cv: Converter, name, source, opset, outs) -> str:
     def decl(t):
-        return f"{t.name}: f32[{', '.join(map(str, t.shape))}]"
+        return f"{t.name}: {t.type}"
     head = [f"# Imported from {source} (opset {opset}) by `tdsl import`.", "import std", ""]
     sig = f"graph {name}({', '.join(decl(t) for t in cv.inputs)}) -> " \
           f"({', '.join(decl(t) for t in outs)}) {{"
-    params = [f"    param {n}: f32[{', '.join(map(str, a.shape))}]"
+    params = [f"    param {n}: {T.ty(a.shape, tdsl_dtype(a.dtype, n))}"
               for n, a in cv.params.items()]
     return "\n".join(head + cv.op_texts + [sig] + params + cv.lines + ["}", ""])
 
 
-def import_onnx(model_path, output, name: str | None = None) -> Imported:
-    """Read ``model_path``, write ``output`` (a .tdsl) and its weights beside it (.npz)."""
+def import_onnx(model_path, output, name: str | None = None,
+                constants: dict[str, np.ndarray] | None = None) -> Imported:
+    """Read ``model_path``, write ``output`` (a .tdsl) and its weights beside it (.npz);
+    ``constants`` as `convert_model`'s."""
     onnx = _onnx()
     output = Path(output)
     if output.suffix != ".tdsl":
@@ -105,7 +136,7 @@ def import_onnx(model_path, output, name: str | None = None) -> Imported:
     name = name or output.stem
     if not name.isidentifier():
         raise TdslError(f"'{name}' can't name a graph: say --name NAME")
-    text, params = convert_model(model, name, Path(model_path).name)
+    text, params = convert_model(model, name, Path(model_path).name, constants)
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(text)
     npz = output.with_suffix(".npz")

@@ -17,6 +17,7 @@ import re
 import numpy as np
 
 from ..errors import TdslError
+from ..lowering.dtypes import from_numpy, to_numpy
 from . import templates as T
 
 RESERVED = {"op", "import", "schedule", "for", "as", "knob", "in", "require", "if", "else",
@@ -26,8 +27,37 @@ RESERVED = {"op", "import", "schedule", "for", "as", "knob", "in", "require", "i
 
 
 class Tensor:
-    def __init__(self, name: str, shape):
-        self.name, self.shape = name, tuple(int(n) for n in shape)
+    """A value of the tdsl graph: its name there, shape and tdsl dtype ('f32', 'i64' ...)."""
+
+    def __init__(self, name: str, shape, dtype: str = "f32"):
+        self.name, self.shape, self.dtype = name, tuple(int(n) for n in shape), dtype
+
+    @property
+    def type(self) -> str:
+        return T.ty(self.shape, self.dtype)
+
+
+class NeedsConstant(TdslError):
+    """A graph input is used where a value must be known at import time (a shape, axes,
+    pads): give it as a constant (``convert_model(constants=)``, ``tdsl import --const``)."""
+
+    def __init__(self, msg: str, name: str):
+        super().__init__(msg)
+        self.input_name = name
+
+
+def tdsl_dtype(dt, what: str) -> str:
+    """The tdsl dtype of numpy dtype ``dt``, or a clear error naming ``what``."""
+    name = from_numpy(dt) if np.dtype(dt).kind in "fiub" else None
+    if name is None:
+        raise TdslError(f"{what} has dtype {np.dtype(dt)}, which tdsl graphs don't carry "
+                        f"(they carry {', '.join(SUPPORTED_DTYPES)})")
+    return name
+
+
+# the dtypes an imported graph carries (docs/onnx.md); float16 and the unsigned types wider
+# than a byte are refused by `tdsl_dtype`
+SUPPORTED_DTYPES = ("f32", "f64", "i64", "i32", "i16", "i8", "u8", "bool")
 
 
 class Converter:
@@ -42,6 +72,7 @@ class Converter:
         self.op_texts: list[str] = []
         self.lines: list[str] = []
         self.inputs: list[Tensor] = []
+        self.input_names: set[str] = set()       # the ONNX names of the graph inputs
         self.node = None
         self.count = 0
 
@@ -67,8 +98,18 @@ class Converter:
 
     def value(self, name: str) -> np.ndarray:
         if name not in self.static:
-            raise self.error(f"input '{name}' must be known at import time (a constant)")
+            msg = f"input '{name}' must be known at import time (a constant)"
+            if name in self.input_names:
+                raise NeedsConstant(self.error(
+                    f"{msg}; it is a graph input: give its value with "
+                    f"--const {name}=FILE.npy").args[0], name)
+            raise self.error(msg)
         return self.static[name]
+
+    def dtype(self, name: str) -> str:
+        if name in self.static:
+            return tdsl_dtype(self.static[name].dtype, f"'{name}'")
+        return self.tensor(name).dtype
 
     def shape(self, name: str) -> tuple[int, ...]:
         if name in self.static:
@@ -81,18 +122,26 @@ class Converter:
             return self.tensors[name]
         if name in self.static:
             a = self.static[name]
-            if a.dtype.kind not in "fiub":
-                raise self.error(f"'{name}' has dtype {a.dtype}")
-            t = Tensor(self.fresh(name), a.shape)
-            self.params[t.name] = np.ascontiguousarray(a, dtype=np.float32)
+            dtype = tdsl_dtype(a.dtype, f"'{name}'")
+            t = Tensor(self.fresh(name), a.shape, dtype)
+            self.params[t.name] = np.ascontiguousarray(a, dtype=to_numpy(dtype))
             self.tensors[name] = t
             return t
         raise self.error(f"unknown value '{name}'")
 
+    def float_tensor(self, name: str) -> Tensor:
+        """``tensor(name)``, which must be f32 (the operators of std's f32 ops)."""
+        t = self.tensor(name)
+        if t.dtype != "f32":
+            raise self.error(f"'{name}' is {t.dtype}; this operator is supported on f32")
+        return t
+
     def operand(self, name: str):
-        """A static scalar as a float (a literal), else the tensor."""
+        """A static scalar as a `Literal`, else the tensor."""
         if name in self.static and self.static[name].size == 1:
-            return float(self.static[name].reshape(()))
+            a = self.static[name]
+            return T.Literal(a.reshape(()).item(), tdsl_dtype(a.dtype, f"'{name}'"),
+                             tuple(a.shape))
         return self.tensor(name)
 
     # ------------------------------------------------------------------ emitting
@@ -105,9 +154,11 @@ class Converter:
             self.op_texts.append(text.replace("{name}", name, 1))
         return self.ops[text]
 
-    def call(self, out: str, func: str, args, shape, attrs: str = "") -> None:
-        """``out = func(args; attrs)`` in the graph body, ``out`` an ONNX value name."""
-        t = Tensor(self.fresh(out), shape)
+    def call(self, out: str, func: str, args, shape, attrs: str = "",
+             dtype: str = "f32") -> None:
+        """``out = func(args; attrs)`` in the graph body, ``out`` an ONNX value name, the
+        result of ``shape`` and ``dtype``."""
+        t = Tensor(self.fresh(out), shape, dtype)
         names = ", ".join(a.name for a in args)
         self.lines.append(f"    {t.name} = {func}({names}{'; ' + attrs if attrs else ''})")
         self.tensors[out] = t
@@ -118,14 +169,17 @@ class Converter:
         else:
             self.tensors[out] = self.tensor(src)
 
-    def elementwise(self, out: str, names, expr: str, kind: str) -> None:
+    def elementwise(self, out: str, names, expr: str, kind: str,
+                    dtype: str | None = None) -> None:
+        """``out = expr`` elementwise with numpy broadcasting: ``{0}``, ``{1}`` ... in
+        ``expr`` are the values ``names`` (static scalars become literals); the result
+        has ``dtype`` (default: the first operand's)."""
         ops = [self.operand(n) for n in names]
-        shapes = [() if isinstance(o, float) else o.shape for o in ops]
-        out_shape = tuple(np.broadcast_shapes(*shapes))
-        text = T.elementwise([o if isinstance(o, float) else list(o.shape) for o in ops],
-                             list(out_shape), expr)
-        self.call(out, self.op(kind, text), [o for o in ops if not isinstance(o, float)],
-                  out_shape)
+        out_shape = tuple(np.broadcast_shapes(*(o.shape for o in ops)))
+        dtype = dtype or ops[0].dtype
+        text = T.elementwise(ops, list(out_shape), expr, dtype)
+        self.call(out, self.op(kind, text), [o for o in ops if isinstance(o, Tensor)],
+                  out_shape, dtype=dtype)
 
     def reshape(self, out: str, src: str, shape) -> None:
         shape = tuple(int(n) for n in shape)
@@ -136,4 +190,5 @@ class Converter:
         if x.shape == shape:
             self.tensors[out] = x
             return
-        self.call(out, self.op("reshape", T.reshape(list(x.shape), list(shape))), [x], shape)
+        self.call(out, self.op("reshape", T.reshape(list(x.shape), list(shape), x.dtype)),
+                  [x], shape, dtype=x.dtype)

@@ -7,7 +7,7 @@ import math
 import numpy as np
 
 from . import templates as T
-from .ops import _opt, converter
+from .registry import converter, opt as _opt
 
 
 def _pads(cv, a, spatial, kernel, strides, dilations, in_hw):

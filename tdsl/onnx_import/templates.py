@@ -12,17 +12,42 @@ import math
 import numpy as np
 
 
-def lit(v: float) -> str:
-    """A float literal in .tdsl (always with a point or an exponent)."""
+def lit(v, dtype: str = "f32") -> str:
+    """A literal of ``dtype`` in .tdsl: a float always with a point or an exponent (NaN as
+    ``0.0 / 0.0``), an integer as digits, a bool as ``true``/``false``."""
+    if dtype == "bool":
+        return "true" if v else "false"
+    if dtype not in ("f32", "f64"):
+        return str(int(v))
     v = float(v)
+    if math.isnan(v):
+        return "(0.0 / 0.0)"
     if math.isinf(v):
         return "inf" if v > 0 else "-inf"
     text = repr(v)
-    return text if any(c in text for c in ".en") else text + ".0"
+    text = text if any(c in text for c in ".en") else text + ".0"
+    return f"({text})" if v < 0 else text
 
 
-def ty(shape) -> str:
-    return f"f32[{', '.join(map(str, shape))}]"
+class Literal:
+    """A static scalar in an elementwise expression: written as a literal of its dtype."""
+
+    def __init__(self, value, dtype: str, shape=()):
+        self.value, self.dtype, self.shape = value, dtype, tuple(shape)
+
+    @property
+    def text(self) -> str:
+        return lit(self.value, self.dtype)
+
+
+def ty(shape, dtype: str = "f32") -> str:
+    """A tensor type: ``f32[2, 3]``, or ``f32`` for a scalar."""
+    return f"{dtype}[{', '.join(map(str, shape))}]" if len(shape) else dtype
+
+
+def at(name: str, subs) -> str:
+    """``name[s0, s1]``, or ``name`` alone for a scalar."""
+    return f"{name}[{', '.join(subs)}]" if len(subs) else name
 
 
 def idx(rank: int, prefix: str = "i") -> list[str]:
@@ -36,22 +61,23 @@ def broadcast_index(shape, out_rank: int, out_idx: list[str]) -> str:
     return f"[{', '.join(subs)}]"
 
 
-def elementwise(operands, out_shape, expr: str) -> str:
-    """``Y = expr`` where ``{0}``, ``{1}`` ... in ``expr`` are the operands (a shape: a
-    tensor argument, broadcast; a float: a literal)."""
+def elementwise(operands, out_shape, expr: str, dtype: str = "f32") -> str:
+    """``Y = expr`` of ``dtype`` where ``{0}``, ``{1}`` ... in ``expr`` are the operands
+    (a `Literal`, or anything with a shape and a dtype: a tensor argument, broadcast)."""
     i = idx(len(out_shape))
     params, terms = [], []
     for k, op in enumerate(operands):
-        if isinstance(op, float):
-            terms.append(f"({lit(op)})")
+        if isinstance(op, Literal):
+            terms.append(op.text)
         else:
-            params.append(f"A{k}: {ty(op)}")
-            terms.append(f"A{k}{broadcast_index(op, len(out_shape), i)}")
-    return (f"op {{name}}({', '.join(params)}) -> Y: {ty(out_shape)} {{\n"
-            f"    Y[{', '.join(i)}] = {expr.format(*terms)}\n}}\n")
+            params.append(f"A{k}: {ty(op.shape, op.dtype)}")
+            sub = broadcast_index(op.shape, len(out_shape), i) if len(op.shape) else ""
+            terms.append(f"A{k}{sub}")
+    return (f"op {{name}}({', '.join(params)}) -> Y: {ty(out_shape, dtype)} {{\n"
+            f"    {at('Y', i)} = {expr.format(*terms)}\n}}\n")
 
 
-def reshape(in_shape, out_shape) -> str:
+def reshape(in_shape, out_shape, dtype: str = "f32") -> str:
     """Same elements in row-major order: the flat offset of the output index, unravelled."""
     i = idx(len(out_shape))
     strides = np.cumprod([1] + list(out_shape[::-1]))[:-1][::-1]
@@ -63,36 +89,36 @@ def reshape(in_shape, out_shape) -> str:
         s = int(in_strides[k])
         e = f"({flat})" if s == 1 else f"({flat}) // {s}"
         subs.append("0" if n == 1 else e if k == 0 else f"{e} % {n}")
-    return (f"op {{name}}(X: {ty(in_shape)}) -> Y: {ty(out_shape)} {{\n"
-            f"    Y[{', '.join(i)}] = X[{', '.join(subs)}]\n}}\n")
+    return (f"op {{name}}(X: {ty(in_shape, dtype)}) -> Y: {ty(out_shape, dtype)} {{\n"
+            f"    {at('Y', i)} = {at('X', subs)}\n}}\n")
 
 
-def transpose(in_shape, perm) -> str:
+def transpose(in_shape, perm, dtype: str = "f32") -> str:
     out_shape = [in_shape[p] for p in perm]
     i = idx(len(out_shape))
     subs = [""] * len(in_shape)
     for k, p in enumerate(perm):
         subs[p] = i[k]
-    return (f"op {{name}}(X: {ty(in_shape)}) -> Y: {ty(out_shape)} {{\n"
-            f"    Y[{', '.join(i)}] = X[{', '.join(subs)}]\n}}\n")
+    return (f"op {{name}}(X: {ty(in_shape, dtype)}) -> Y: {ty(out_shape, dtype)} {{\n"
+            f"    {at('Y', i)} = {at('X', subs)}\n}}\n")
 
 
-def slice_(in_shape, starts, steps, out_shape) -> str:
+def slice_(in_shape, starts, steps, out_shape, dtype: str = "f32") -> str:
     i = idx(len(out_shape))
     subs = []
     for k in range(len(in_shape)):
         a, s = int(starts[k]), int(steps[k])
         term = i[k] if s == 1 else f"{i[k]} * {s}"
         subs.append(term if a == 0 else f"{term} + {a}" if a > 0 else f"{term} - {-a}")
-    return (f"op {{name}}(X: {ty(in_shape)}) -> Y: {ty(out_shape)} {{\n"
-            f"    Y[{', '.join(i)}] = X[{', '.join(subs)}]\n}}\n")
+    return (f"op {{name}}(X: {ty(in_shape, dtype)}) -> Y: {ty(out_shape, dtype)} {{\n"
+            f"    {at('Y', i)} = {at('X', subs)}\n}}\n")
 
 
-def concat(shapes, axis: int) -> str:
+def concat(shapes, axis: int, dtype: str = "f32") -> str:
     out_shape = list(shapes[0])
     out_shape[axis] = sum(s[axis] for s in shapes)
     i = idx(len(out_shape))
-    params = [f"A{k}: {ty(s)}" for k, s in enumerate(shapes)]
+    params = [f"A{k}: {ty(s, dtype)}" for k, s in enumerate(shapes)]
     offsets = np.cumsum([0] + [s[axis] for s in shapes])
     expr = None
     for k in reversed(range(len(shapes))):
@@ -102,7 +128,7 @@ def concat(shapes, axis: int) -> str:
         load = f"A{k}[{', '.join(subs)}]"
         expr = load if expr is None else \
             f"select({i[axis]} < {int(offsets[k + 1])}, {load}, {expr})"
-    return (f"op {{name}}({', '.join(params)}) -> Y: {ty(out_shape)} {{\n"
+    return (f"op {{name}}({', '.join(params)}) -> Y: {ty(out_shape, dtype)} {{\n"
             f"    Y[{', '.join(i)}] = {expr}\n}}\n")
 
 
@@ -192,7 +218,7 @@ def gemm(a_shape, b_shape, c_shape, trans_a, trans_b, alpha, beta, out_shape) ->
         body = f"{lit(alpha)} * {body}"
     if c_shape is not None:
         params.append(f"C: {ty(c_shape)}")
-        cterm = f"C{broadcast_index(c_shape, 2, ['i', 'j'])}"
+        cterm = f"C{broadcast_index(c_shape, 2, ['i', 'j'])}" if len(c_shape) else "C"
         body += f" + {cterm}" if beta == 1.0 else f" + {lit(beta)} * {cterm}"
     return (f"op {{name}}({', '.join(params)}) -> Y: {ty(out_shape)} {{\n"
             f"    Y[i, j] = {body}\n}}\n")
@@ -212,7 +238,7 @@ def batch_matmul(a_shape, b_shape, out_shape) -> str:
             f"    Y[{', '.join(i)}] = sum[k: {a_shape[-1]}](A[{ak}] * B[{bk}])\n}}\n")
 
 
-def pad(in_shape, begins, ends, value: float) -> str:
+def pad(in_shape, begins, ends, value: float, dtype: str = "f32") -> str:
     """Constant padding (negative pads crop)."""
     out_shape = [n + b + e for n, b, e in zip(in_shape, begins, ends)]
     i = idx(len(out_shape))
@@ -225,6 +251,6 @@ def pad(in_shape, begins, ends, value: float) -> str:
         if n + b < out_shape[k]:
             conds.append(f"{sub} < {n}")
     load = f"X[{', '.join(subs)}]"
-    body = f"select({' and '.join(conds)}, {load}, {lit(value)})" if conds else load
-    return (f"op {{name}}(X: {ty(in_shape)}) -> Y: {ty(out_shape)} {{\n"
+    body = f"select({' and '.join(conds)}, {load}, {lit(value, dtype)})" if conds else load
+    return (f"op {{name}}(X: {ty(in_shape, dtype)}) -> Y: {ty(out_shape, dtype)} {{\n"
             f"    Y[{', '.join(i)}] = {body}\n}}\n")

@@ -1,41 +1,17 @@
-"""One converter per ONNX operator: ``convert(cv, node, attrs)`` with ``cv`` the `Converter`.
+"""Converters of the tensor and shape operators: constants, Shape, Cast, Identity, Reshape,
+Flatten, Squeeze/Unsqueeze, Transpose, Slice, Concat, Pad, Gather.
 
-A converter computes static values with numpy when its inputs are all static (shape
-arithmetic), and otherwise emits a call of a standard op where one means exactly the same,
-else of an op written for the shapes (`templates`).
+Each computes a static value with numpy when its inputs are all static (shape arithmetic),
+and otherwise emits a call of an op written for the shapes (`templates`).
 """
 from __future__ import annotations
-
-import math
 
 import numpy as np
 
 from . import templates as T
-
-CONVERTERS = {}
-# the attributes each converter understands; any other is an error naming the node
-ATTRIBUTES = {}
-
-
-def converter(*names, attrs=()):
-    def register(fn):
-        for n in names:
-            CONVERTERS[n] = fn
-            ATTRIBUTES[n] = set(attrs)
-        return fn
-    return register
-
-
-def _ints(v, n, default):
-    return [int(x) for x in v] if v is not None else [default] * n
-
-
-def _inputs(node):
-    return [i for i in node.input]
-
-
-def _opt(node, k):
-    return node.input[k] if len(node.input) > k and node.input[k] else None
+from ..lowering.dtypes import to_numpy
+from .convert import tdsl_dtype
+from .registry import converter, opt as _opt
 
 
 # ---------------------------------------------------------------------------- constants
@@ -74,17 +50,30 @@ def gather(cv, node, a):
     cv.static[node.output[0]] = np.take(data, index.astype(np.int64), axis=a.get("axis", 0))
 
 
-@converter("Cast", attrs=("to",))
+@converter("Cast", "CastLike", attrs=("to", "saturate", "round_mode"))
 def cast(cv, node, a):
     from onnx import helper
-    dtype = helper.tensor_dtype_to_np_dtype(a["to"])
     x = node.input[0]
-    if cv.is_static(x):
-        cv.static[node.output[0]] = cv.static[x].astype(dtype)
-    elif np.dtype(dtype) in (np.float32, np.float64, np.float16):
-        cv.alias(node.output[0], x)
+    if node.op_type == "CastLike":
+        dtype = cv.dtype(node.input[1])
     else:
-        raise cv.error(f"a cast of a computed tensor to {np.dtype(dtype)}")
+        try:
+            np_dtype = helper.tensor_dtype_to_np_dtype(a["to"])
+        except (KeyError, ValueError):
+            raise cv.error(f"a cast to ONNX type {a['to']}") from None
+        dtype = tdsl_dtype(np_dtype, f"the cast's target type ({np.dtype(np_dtype)})")
+    if cv.is_static(x):
+        cv.static[node.output[0]] = cv.static[x].astype(to_numpy(dtype))
+        return
+    src = cv.tensor(x)
+    if src.dtype == dtype:
+        cv.alias(node.output[0], x)
+        return
+    # tdsl's casts: float to integer truncates and saturates, bool(x) is x != 0; a float
+    # to bool goes through the comparison so that NaN is true, as in numpy
+    expr = "{0} != 0.0" if dtype == "bool" and src.dtype in ("f32", "f64") else \
+        f"{dtype}({{0}})"
+    cv.elementwise(node.output[0], [x], expr, f"cast_{dtype}", dtype)
 
 
 @converter("Identity", "Dropout", attrs=("ratio", "seed", "is_test", "training_mode"))
@@ -92,80 +81,6 @@ def identity(cv, node, a):
     if node.op_type == "Dropout" and a.get("is_test", 1) == 0:
         raise cv.error("training-mode dropout")
     cv.alias(node.output[0], node.input[0])      # Dropout is a no-op at inference
-
-
-# ---------------------------------------------------------------------------- arithmetic
-
-_BINARY = {"Add": ("{0} + {1}", np.add, "add"), "Sub": ("{0} - {1}", np.subtract, "sub"),
-           "Mul": ("{0} * {1}", np.multiply, "mul"), "Div": ("{0} / {1}", np.divide, "div")}
-
-
-@converter(*_BINARY, attrs=("axis", "broadcast"))
-def binary(cv, node, a):
-    expr, fn, std = _BINARY[node.op_type]
-    x, y = node.input
-    if "broadcast" in a and a.get("broadcast") and "axis" in a:
-        raise cv.error("the opset-1 broadcast attribute with an axis")
-    if cv.is_static(x) and cv.is_static(y):
-        r = fn(cv.static[x], cv.static[y])
-        cv.static[node.output[0]] = r.astype(cv.static[x].dtype) if node.op_type != "Div" \
-            or cv.static[x].dtype.kind == "f" else r.astype(np.int64)
-        return
-    sx, sy = cv.shape(x), cv.shape(y)
-    if sx == sy and not cv.is_static(x) and not cv.is_static(y):
-        cv.call(node.output[0], std, [cv.tensor(x), cv.tensor(y)], sx)
-        return
-    if node.op_type == "Add" and cv.is_static(x) and not cv.is_static(y):
-        x, y, sx, sy = y, x, sy, sx                       # commutative: the constant second
-    if node.op_type == "Add" and len(sx) == 4 and cv.is_static(y) and \
-            not cv.is_static(x) and tuple(sy) in ((sx[1], 1, 1), (1, sx[1], 1, 1)):
-        bias = y + "#bias"                                 # per channel: a bias_add
-        cv.static[bias] = cv.static[y].reshape(-1)
-        cv.call(node.output[0], "bias_add", [cv.tensor(x), cv.tensor(bias)], sx)
-        return
-    cv.elementwise(node.output[0], [x, y], expr, std)
-
-
-@converter("Sum")
-def sum_(cv, node, a):
-    names = list(node.input)
-    if len(names) == 1:
-        cv.alias(node.output[0], names[0])
-        return
-    expr = " + ".join(f"{{{k}}}" for k in range(len(names)))
-    cv.elementwise(node.output[0], names, expr, "sum")
-
-
-_UNARY_STD = {"Relu": "relu", "Sigmoid": "sigmoid", "Tanh": "tanh", "Exp": "exp"}
-_UNARY_EXPR = {"Neg": "-{0}", "Abs": "abs({0})", "Sqrt": "sqrt({0})", "Log": "log({0})",
-               "Reciprocal": "1.0 / {0}", "Floor": "floor({0})", "Ceil": "ceil({0})"}
-
-
-@converter(*_UNARY_STD, *_UNARY_EXPR)
-def unary(cv, node, a):
-    x = node.input[0]
-    if node.op_type in _UNARY_STD:
-        t = cv.tensor(x)
-        cv.call(node.output[0], _UNARY_STD[node.op_type], [t], t.shape)
-    else:
-        cv.elementwise(node.output[0], [x], _UNARY_EXPR[node.op_type], node.op_type.lower())
-
-
-@converter("LeakyRelu", attrs=("alpha",))
-def leaky_relu(cv, node, a):
-    t = cv.tensor(node.input[0])
-    cv.call(node.output[0], "leaky_relu", [t], t.shape, f"alpha={T.lit(a.get('alpha', 0.01))}")
-
-
-@converter("Clip", attrs=("min", "max"))
-def clip(cv, node, a):
-    lo, hi = a.get("min", -math.inf), a.get("max", math.inf)
-    if _opt(node, 1):
-        lo = float(cv.value(node.input[1]).reshape(()))
-    if _opt(node, 2):
-        hi = float(cv.value(node.input[2]).reshape(()))
-    t = cv.tensor(node.input[0])
-    cv.call(node.output[0], "clip", [t], t.shape, f"lo={T.lit(lo)}, hi={T.lit(hi)}")
 
 
 # ---------------------------------------------------------------------------- shapes
