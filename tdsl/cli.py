@@ -415,7 +415,13 @@ def cmd_import(args) -> int:
             constants[key] = np.load(path, allow_pickle=False)
         except (OSError, ValueError) as e:
             raise TdslError(f"--const {item}: can't read {path} as a .npy file: {e}") from None
-    out = import_onnx(args.model, args.output, args.name, constants)
+    dims = {}
+    for item in args.dim:
+        key, sep, value = item.partition("=")
+        if not sep or not key or not value.strip().isdigit():
+            raise TdslError(f"--dim {item}: expected NAME=N, N a positive integer")
+        dims[key] = int(value)
+    out = import_onnx(args.model, args.output, args.name, constants, dims)
     print(f"wrote {out.tdsl} and {out.npz} (graph {out.graph}: {out.nodes} ops, "
           f"{out.params} weights)")
     return 0
@@ -527,6 +533,9 @@ def build_parser() -> argparse.ArgumentParser:
     im.add_argument("--const", action="append", metavar="INPUT=FILE.npy", default=[],
                     help="make a graph input a constant of the values in FILE.npy (an input "
                          "that gives a shape, axes or pads); repeatable")
+    im.add_argument("--dim", action="append", metavar="NAME=N", default=[],
+                    help="the value of a symbolic input dimension (a batch N, a sequence "
+                         "length S; default 1, with a warning); repeatable")
     im.set_defaults(run=cmd_import)
 
     t = sub.add_parser("test", help="property-test ops: random shapes, values, schedules")

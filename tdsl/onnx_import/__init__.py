@@ -4,8 +4,10 @@ its weights (under the optional extra ``tdsl[onnx]``: ``pip install 'tdsl[onnx]'
 Opsets 7 to current PyTorch exports (17+) are read: weights listed among the graph inputs
 (older exporters) are weights; shape arithmetic (Shape, Gather, Concat, ConstantOfShape,
 Reshape with a shape input ...) is evaluated here; Dropout and Identity vanish. Tensors are
-f32, f64, i64, i32, i16, i8, u8 or bool. Symbolic dimensions of the inputs (a batch ``N``) are
-set to 1: the graph is written for static shapes. A graph input used where a value must be
+f32, f64, i64, i32, i16, i8, u8 or bool. The graph is written for static shapes: symbolic
+dimensions of the inputs (a batch ``N``, a sequence length ``S``) take the values ``dims``
+gives (``tdsl import --dim N=8``), else 1 with a warning; `OnnxModule` binds them from the
+arguments of each call instead, building once per binding. A graph input used where a value must be
 known at import time (a Reshape's shape, a Slice's starts) can be given as a constant. An
 operator or attribute that is not supported is a `TdslError` naming the node.
 
@@ -13,12 +15,13 @@ Converters are grouped by family, one module each, all registered in `registry`.
 """
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from ..errors import TdslError
+from ..errors import TdslError, TdslWarning
 # the family modules register their converters when imported
 from . import (activations, attention, conv, elementwise, nn, normalization,  # noqa: F401
                quantized, recurrent, reductions, tensor)
@@ -26,8 +29,8 @@ from . import templates as T
 from .convert import Converter, NeedsConstant, Tensor, tdsl_dtype
 from .registry import ATTRIBUTES, CONVERTERS, FAMILY
 
-__all__ = ["ATTRIBUTES", "CONVERTERS", "FAMILY", "Imported", "NeedsConstant",
-           "convert_model", "import_onnx"]
+__all__ = ["ATTRIBUTES", "CONVERTERS", "FAMILY", "Imported", "NeedsConstant", "OnnxModule",
+           "convert_model", "import_onnx", "symbolic_dims"]
 
 
 @dataclass(frozen=True)
@@ -48,12 +51,23 @@ def _onnx():
     return onnx
 
 
+def symbolic_dims(model) -> list[str]:
+    """The names of the symbolic dimensions of ``model``'s inputs, in order of appearance."""
+    out = []
+    for inp in model.graph.input:
+        for d in inp.type.tensor_type.shape.dim:
+            if not d.HasField("dim_value") and d.dim_param and d.dim_param not in out:
+                out.append(d.dim_param)
+    return out
+
+
 def convert_model(model, name: str, source: str = "an ONNX model",
-                  constants: dict[str, np.ndarray] | None = None
-                  ) -> tuple[str, dict[str, np.ndarray]]:
+                  constants: dict[str, np.ndarray] | None = None,
+                  dims: dict[str, int] | None = None) -> tuple[str, dict[str, np.ndarray]]:
     """The .tdsl text of ``model`` (an ``onnx.ModelProto``) as graph ``name``, and its
     weights by param name. ``constants`` gives values for graph inputs, which are then
-    constants of the graph rather than its inputs."""
+    constants of the graph rather than its inputs; ``dims`` the values of symbolic input
+    dimensions (by their names; 1 for those not given, with a warning)."""
     onnx = _onnx()
     from onnx import numpy_helper
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
@@ -62,6 +76,25 @@ def convert_model(model, name: str, source: str = "an ONNX model",
     for init in g.initializer:
         cv.static[init.name] = numpy_helper.to_array(init)
     names = {inp.name for inp in g.input}
+    dims = dict(dims or {})
+    known = symbolic_dims(model)
+    for k, v in dims.items():
+        if k not in known:
+            raise TdslError(f"--dim {k}: the model's inputs have no symbolic dimension '{k}'"
+                            f" ({', '.join(known) or 'they have none'})")
+        if not isinstance(v, (int, np.integer)) or v < 1:
+            raise TdslError(f"--dim {k}={v}: a dimension is a positive integer")
+    unbound = [k for k in known if k not in dims and
+               any(i.name not in cv.static and i.name not in (constants or {}) and
+                   any(d.dim_param == k for d in i.type.tensor_type.shape.dim)
+                   for i in g.input)]
+    if unbound:
+        warnings.warn(TdslWarning(
+            f"{source}: the symbolic dimension{'s' * (len(unbound) > 1)} "
+            f"{', '.join(unbound)} of its inputs {'are' if len(unbound) > 1 else 'is'} set "
+            f"to 1; give {'them' if len(unbound) > 1 else 'it'} with --dim "
+            f"{unbound[0]}=VALUE (tdsl.onnx_import.OnnxModule binds them per call)"),
+            stacklevel=2)
     for k in constants or {}:
         if k not in names:
             raise TdslError(f"--const {k}: the model has no input '{k}' (inputs: "
@@ -76,7 +109,8 @@ def convert_model(model, name: str, source: str = "an ONNX model",
                             f"sequences, maps or optionals)")
         np_dtype = onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type)
         dtype = tdsl_dtype(np_dtype, f"input {inp.name}")
-        shape = [d.dim_value if d.HasField("dim_value") else 1 for d in tt.shape.dim]
+        shape = [d.dim_value if d.HasField("dim_value") else dims.get(d.dim_param, 1)
+                 for d in tt.shape.dim]
         t = Tensor(cv.fresh(inp.name), shape, dtype)
         cv.tensors[inp.name] = t
         cv.inputs.append(t)
@@ -121,9 +155,10 @@ def _text(cv: Converter, name, source, opset, outs) -> str:
 
 
 def import_onnx(model_path, output, name: str | None = None,
-                constants: dict[str, np.ndarray] | None = None) -> Imported:
+                constants: dict[str, np.ndarray] | None = None,
+                dims: dict[str, int] | None = None) -> Imported:
     """Read ``model_path``, write ``output`` (a .tdsl) and its weights beside it (.npz);
-    ``constants`` as `convert_model`'s."""
+    ``constants`` and ``dims`` as `convert_model`'s."""
     onnx = _onnx()
     output = Path(output)
     if output.suffix != ".tdsl":
@@ -136,9 +171,12 @@ def import_onnx(model_path, output, name: str | None = None,
     name = name or output.stem
     if not name.isidentifier():
         raise TdslError(f"'{name}' can't name a graph: say --name NAME")
-    text, params = convert_model(model, name, Path(model_path).name, constants)
+    text, params = convert_model(model, name, Path(model_path).name, constants, dims)
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(text)
     npz = output.with_suffix(".npz")
     np.savez(npz, **params)
     return Imported(output, npz, name, text.count("\n    ") - len(params), len(params))
+
+
+from .module import OnnxModule  # noqa: E402  (it uses convert_model)
