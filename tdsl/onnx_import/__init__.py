@@ -24,7 +24,7 @@ import numpy as np
 from ..errors import TdslError, TdslWarning
 # the family modules register their converters when imported
 from . import (activations, attention, conv, elementwise, nn, normalization,  # noqa: F401
-               quantized, recurrent, reductions, tensor)
+               linalg, quantized, recurrent, reductions, tensor)
 from . import templates as T
 from .convert import Converter, NeedsConstant, Tensor, tdsl_dtype
 from .registry import ATTRIBUTES, CONVERTERS, FAMILY

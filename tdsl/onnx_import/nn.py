@@ -96,20 +96,6 @@ def gemm(cv, node, a):
     cv.call(node.output[0], cv.op("gemm", text), args, (m, n))
 
 
-@converter("MatMul")
-def matmul(cv, node, a):
-    x, y = cv.tensor(node.input[0]), cv.tensor(node.input[1])
-    if len(x.shape) == 2 and len(y.shape) == 2:
-        cv.call(node.output[0], "matmul", [x, y], (x.shape[0], y.shape[1]))
-        return
-    if len(x.shape) < 2 or len(y.shape) < 2:
-        raise cv.error("a MatMul of a vector")
-    batch = np.broadcast_shapes(x.shape[:-2], y.shape[:-2])
-    shape = tuple(batch) + (x.shape[-2], y.shape[-1])
-    cv.call(node.output[0], cv.op("matmul", T.batch_matmul(list(x.shape), list(y.shape),
-                                                           list(shape))), [x, y], shape)
-
-
 @converter("MaxPool", "AveragePool", attrs=("auto_pad", "ceil_mode", "count_include_pad",
                                             "kernel_shape", "pads", "strides", "dilations",
                                             "storage_order"))

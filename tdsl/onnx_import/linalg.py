@@ -1,0 +1,137 @@
+"""Converters of the linear-algebra operators: MatMul (numpy's matmul: vectors, broadcast
+batch dimensions, any numeric dtype) and Einsum (one sum over the contracted letters)."""
+from __future__ import annotations
+
+import numpy as np
+
+from . import templates as T
+from .registry import converter, text as _text
+
+
+def _contraction(shapes, subs, out_sub, sizes, dtype) -> str:
+    """``Y[out] = sum[contracted](A0[subs0] * A1[subs1] ...)``: ``subs`` are the index
+    letters of each operand (a letter of a dimension of size 1 that others broadcast reads
+    0), ``out_sub`` those of the result, ``sizes`` every letter's extent."""
+    names = {c: f"i{k}" for k, c in enumerate(sorted(sizes))}
+    params, terms = [], []
+    for k, (shape, sub) in enumerate(zip(shapes, subs)):
+        params.append(f"A{k}: {T.ty(shape, dtype)}")
+        ix = ["0" if n == 1 and sizes[c] != 1 else names[c] for c, n in zip(sub, shape)]
+        terms.append(T.at(f"A{k}", ix))
+    red = [c for c in sorted(sizes, key=lambda c: names[c]) if c not in out_sub]
+    body = " * ".join(terms)
+    if red:
+        body = f"sum[{', '.join(f'{names[c]}: {sizes[c]}' for c in red)}]({body})"
+    out_shape = [sizes[c] for c in out_sub]
+    return (f"op {{name}}({', '.join(params)}) -> Y: {T.ty(out_shape, dtype)} {{\n"
+            f"    {T.at('Y', [names[c] for c in out_sub])} = {body}\n}}\n")
+
+
+def _numeric(cv, names):
+    ts = [cv.tensor(n) for n in names]
+    dtypes = {t.dtype for t in ts}
+    if len(dtypes) != 1:
+        raise cv.error(f"operands of dtypes {', '.join(sorted(dtypes))} (they must agree)")
+    if "bool" in dtypes:
+        raise cv.error("a product of bool tensors")
+    return ts, ts[0].dtype
+
+
+@converter("MatMul")
+def matmul(cv, node, a):
+    (x, y), dtype = _numeric(cv, node.input[:2])
+    xs, ys = x.shape, y.shape
+    if not xs or not ys:
+        raise cv.error("a MatMul of a scalar (operands must have rank >= 1)")
+    k = xs[-1]
+    if (ys[0] if len(ys) == 1 else ys[-2]) != k:
+        raise cv.error(f"shapes {list(xs)} and {list(ys)} don't multiply")
+    if dtype == "f32" and len(xs) == len(ys) == 2:
+        cv.call(node.output[0], "matmul", [x, y], (xs[0], ys[1]))
+        return
+    if dtype == "f32" and len(xs) == len(ys) == 3 and xs[0] == ys[0]:
+        cv.call(node.output[0], "batch_matmul", [x, y], (xs[0], xs[1], ys[2]))
+        return
+    # numpy's rules: a vector operand gains a dimension that the result loses; batch
+    # dimensions broadcast
+    xb, yb = xs[:-2] if len(xs) > 1 else (), ys[:-2] if len(ys) > 1 else ()
+    try:
+        batch = tuple(np.broadcast_shapes(xb, yb))
+    except ValueError:
+        raise cv.error(f"batch dimensions of {list(xs)} and {list(ys)} don't broadcast") \
+            from None
+    letters = "abcdefghijlmnopqrstuvwxyz"[:len(batch)]
+    sizes = dict(zip(letters, batch))
+    sizes["k"] = k
+    xsub = "k" if len(xs) == 1 else letters[len(batch) - len(xb):] + "Mk"
+    ysub = "k" if len(ys) == 1 else letters[len(batch) - len(yb):] + "kN"
+    out = letters + ("M" if len(xs) > 1 else "") + ("N" if len(ys) > 1 else "")
+    if len(xs) > 1:
+        sizes["M"] = xs[-2]
+    if len(ys) > 1:
+        sizes["N"] = ys[-1]
+    # a broadcast batch letter of size 1 in one operand reads 0 (see _contraction)
+    text = _contraction([xs, ys], [xsub, ysub], out, sizes, dtype)
+    cv.call(node.output[0], cv.op("matmul", text), [x, y], tuple(sizes[c] for c in out),
+            dtype=dtype)
+
+
+def _parse_einsum(cv, equation: str, ranks):
+    eq = equation.replace(" ", "")
+    lhs, arrow, rhs = eq.partition("->")
+    terms = lhs.split(",")
+    if len(terms) != len(ranks):
+        raise cv.error(f"equation '{equation}' has {len(terms)} operands, the node "
+                       f"{len(ranks)}")
+    ell = 0
+    for t, r in zip(terms, ranks):
+        if "..." in t:
+            ell = max(ell, r - (len(t) - 3))
+    ell_letters = [chr(0x100 + k) for k in range(ell)]     # letters no equation uses
+    subs = []
+    for t, r in zip(terms, ranks):
+        if "..." in t:
+            n = r - (len(t) - 3)
+            pre, post = t.split("...")
+            t = list(pre) + ell_letters[ell - n:] + list(post)
+        else:
+            t = list(t)
+        if len(t) != r or not all(c.isalpha() for c in t):
+            raise cv.error(f"equation '{equation}': operand subscripts '{''.join(t)}' don't "
+                           f"fit an operand of rank {r}")
+        subs.append(t)
+    if arrow:
+        out = list(rhs.replace("...", "\0"))
+        out = [c for o in out for c in (ell_letters if o == "\0" else [o])]
+    else:
+        counts = {}
+        for s in subs:
+            for c in s:
+                counts[c] = counts.get(c, 0) + 1
+        out = ell_letters + sorted(c for c, n in counts.items()
+                                   if n == 1 and c not in ell_letters)
+    return subs, out
+
+
+@converter("Einsum", attrs=("equation",))
+def einsum(cv, node, a):
+    names = list(node.input)
+    if all(cv.is_static(n) for n in names):
+        cv.static[node.output[0]] = np.asarray(np.einsum(
+            _text(a["equation"]), *[cv.static[n] for n in names]))
+        return
+    ts, dtype = _numeric(cv, names)
+    subs, out = _parse_einsum(cv, _text(a["equation"]), [len(t.shape) for t in ts])
+    sizes: dict[str, int] = {}
+    for t, sub in zip(ts, subs):
+        for c, n in zip(sub, t.shape):
+            if sizes.get(c, 1) not in (1, n) and n != 1:
+                raise cv.error(f"subscript '{c}' has sizes {sizes[c]} and {n}")
+            sizes[c] = max(sizes.get(c, 1), n)
+    if len(set(out)) != len(out) or any(c not in sizes for c in out):
+        raise cv.error(f"equation '{_text(a['equation'])}': the output subscripts repeat "
+                       f"or name a letter no operand has")
+    # ops' index names are i0, i1 ...: the letters are renamed, the ellipsis's too
+    text = _contraction([t.shape for t in ts], subs, out, sizes, dtype)
+    cv.call(node.output[0], cv.op("einsum", text), ts, tuple(sizes[c] for c in out),
+            dtype=dtype)
