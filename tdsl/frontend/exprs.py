@@ -285,8 +285,8 @@ class ExprConverter:
                 check_numeric(x, a.span, f, floats_only=f in _FLOAT_ONLY)
             if len(xs) == 2:
                 x, y, lit = unify(xs[0], xs[1], node.span, f)
-                if f == "pow" and x.dtype not in FLOATS:
-                    raise CheckError("pow needs float operands", node.span)
+                if f in ("pow", "fmod") and x.dtype not in FLOATS:
+                    raise CheckError(f"{f} needs float operands", node.span)
                 return Typed(te.Intrinsic(f, (x, y), x.dtype), lit)
             x = xs[0]
             e = coerce(x, "f32", node.span) if x.lit and f in _FLOAT_ONLY else x.expr

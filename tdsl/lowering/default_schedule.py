@@ -28,7 +28,8 @@ from .dtypes import to_numpy
 from .schedule import Schedule
 from ..target import as_target
 
-COSTLY = ("exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "erf", "pow", "sin", "cos")
+COSTLY = ("exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "erf", "pow", "sin", "cos",
+          "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh", "fmod")
 MIN_PARALLEL_WORK = 4096        # elements; below this, threads cost more than they give
 SMALL_EXTENT = 16
 

@@ -46,6 +46,9 @@ _MATH = {
     "rsqrt": lambda x: 1 / np.sqrt(x), "sigmoid": lambda x: 1 / (1 + np.exp(-x)),
     "erf": lambda x: np.asarray(_ERF(np.asarray(x, np.float64)), np.float64),
     "min": np.minimum, "max": np.maximum, "pow": np.power,
+    "tan": np.tan, "asin": np.arcsin, "acos": np.arccos, "atan": np.arctan, "sinh": np.sinh,
+    "cosh": np.cosh, "asinh": np.arcsinh, "acosh": np.arccosh, "atanh": np.arctanh,
+    "fmod": np.fmod,
     "requantize": multiply_by_quantized_multiplier,
 }
 _COMBINE = {"sum": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum}

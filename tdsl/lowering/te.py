@@ -24,7 +24,9 @@ REDUCERS = ("sum", "max", "min", "prod")
 INTRINSICS = {
     "exp": 1, "log": 1, "sqrt": 1, "rsqrt": 1, "tanh": 1, "sigmoid": 1, "erf": 1,
     "abs": 1, "floor": 1, "ceil": 1, "round": 1, "sin": 1, "cos": 1,
-    "min": 2, "max": 2, "pow": 2,
+    "tan": 1, "asin": 1, "acos": 1, "atan": 1, "sinh": 1, "cosh": 1, "asinh": 1, "acosh": 1,
+    "atanh": 1,
+    "min": 2, "max": 2, "pow": 2, "fmod": 2,
 }
 # Intrinsics meaningful on integers too (the rest need a float argument).
 INT_INTRINSICS = ("abs", "min", "max")

@@ -62,6 +62,9 @@ _INTRINSICS = {
     "sigmoid": lambda x: _one(x) / (_one(x) + np.exp(-x)),
     "erf": _erf,
     "min": np.minimum, "max": np.maximum, "pow": np.power,
+    "tan": np.tan, "asin": np.arcsin, "acos": np.arccos, "atan": np.arctan, "sinh": np.sinh,
+    "cosh": np.cosh, "asinh": np.arcsinh, "acosh": np.arccosh, "atanh": np.arctanh,
+    "fmod": np.fmod,
     "requantize": multiply_by_quantized_multiplier,
 }
 
