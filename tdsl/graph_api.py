@@ -324,6 +324,11 @@ class GraphModule:
         if entry is None or len(inputs) != len(entry[1]) or not all(
                 isinstance(a, np.ndarray) and a.shape == s.shape and a.dtype == s.dtype
                 for a, s in zip(inputs, entry[1].values())):
+            if not all(isinstance(a, np.ndarray) for a in inputs):
+                from .torch_bridge import interop       # tensors in, tensors out, no copy
+                if any(interop.is_foreign(a) for a in inputs):
+                    return interop.call(lambda *a, out=None: self(*a), inputs, None,
+                                        self.graph.ir.inputs)
             entry = self._last = self._for(check_inputs(self.graph.ir, inputs))
         _, staging, runs, outputs = entry
         for a, s in zip(inputs, staging.values()):

@@ -35,6 +35,7 @@ from ..lowering import sizes
 from ..lowering.read_regions import check_reads
 from ..lowering.te_printer import format_expr
 from ..target import Target, as_target
+from . import omp
 from .build import BuildCache, BuildResult
 from .c import CModule, HostC
 from .expressions import FIRST_READ_FAULT
@@ -60,6 +61,7 @@ class Kernel:
         self._fixed = dict(fixed or {})
         self._inputs = func.params[:func.num_inputs]
         self._outputs = func.params[func.num_inputs:]
+        self._input_names = [b.name for b in self._inputs]
         self._free_sizes = [v for v in func.shape_vars if v not in self._fixed]
         _check_sizes_bindable(func, self._fixed)
         # a library for another machine (a cross build, an ISA this CPU lacks) is built and
@@ -86,7 +88,10 @@ class Kernel:
         return f"Kernel({self.func.name}, {self.lib_path})"
 
     def __call__(self, *arrays, out=None):
-        args, outputs = self._prepare(arrays, out)
+        try:
+            args, outputs = self._prepare(arrays, out)
+        except _Foreign:            # a tensor or another DLPack/buffer array: viewed, no copy
+            return _foreign_call(self, arrays, out)
         self._run(args)
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
 
@@ -94,7 +99,10 @@ class Kernel:
         """``(run, outputs)``: ``run()`` calls the kernel on these arrays, checked and
         marshalled once, writing ``outputs`` (new arrays unless ``out=``). For timing loops,
         where a call's checks would cost more than a small kernel takes."""
-        args, outputs = self._prepare(arrays, out)
+        try:
+            args, outputs = self._prepare(arrays, out)
+        except _Foreign:
+            return _interop().bind(self, arrays, out, self._input_names)
         return self._runner(args), outputs
 
     def _prepare(self, arrays, out):
@@ -181,6 +189,8 @@ class Kernel:
         arrays = [a for a in inputs if isinstance(a, np.ndarray)]
         for k, (buf, arr, shape) in enumerate(zip(self._outputs, outs, shapes)):
             what = f"out= array for {buf.name}"
+            if not isinstance(arr, np.ndarray) and _foreign(arr):
+                raise _Foreign
             if not isinstance(arr, np.ndarray):
                 raise CallError(f"{what} must be a numpy.ndarray, got {type(arr).__name__}")
             if arr.dtype != to_numpy(buf.dtype):
@@ -212,7 +222,9 @@ def load_library(path: str, prototype: str):
     if path not in _LOADED:
         ffi = FFI()
         ffi.cdef(prototype + ";")
+        omp.share_loaded_runtime()      # one OpenMP runtime, one thread pool (emit_c.omp)
         _LOADED[path] = (ffi, ffi.dlopen(path, ffi.RTLD_NOW | ffi.RTLD_NODELETE))
+        omp.configure_threads()
     return _LOADED[path]
 
 
@@ -254,6 +266,8 @@ def _check_input(buf: Buffer, value, dtype: np.dtype):
     if not buf.shape and not isinstance(value, np.ndarray):
         return _scalar_argument(buf, value)
     if not isinstance(value, np.ndarray):
+        if _foreign(value):
+            raise _Foreign
         raise not_an_array(f"argument {buf.name}", value, dtype, _type_text(buf))
     if value.dtype != dtype:
         raise wrong_dtype(f"argument {buf.name}", buf.name, value.dtype, dtype,
@@ -284,8 +298,46 @@ def _scalar_argument(buf: Buffer, value):
         ok = isinstance(value, int) and not isinstance(value, bool) and \
             info.min <= value <= info.max
     if not ok:
+        if _foreign(value):         # a 0-d tensor
+            raise _Foreign
         raise CallError(f"argument {buf.name} must be a {buf.dtype} scalar, got {value!r}")
     return value
+
+
+class _Foreign(Exception):
+    """An argument is an array of another library (`tdsl.torch_bridge.interop`): the call
+    is redone on numpy views of the arguments. Raised, not tested for, so that a call on
+    numpy arrays pays nothing for the other kinds."""
+
+
+def _interop():
+    """`tdsl.torch_bridge.interop`, imported on the first call with such an argument."""
+    global _INTEROP
+    if _INTEROP is None:
+        from ..torch_bridge import interop
+        _INTEROP = interop
+    return _INTEROP
+
+
+_INTEROP = None
+
+
+def _foreign(value) -> bool:
+    """Whether ``value`` is a DLPack or buffer-protocol array (a PyTorch tensor...)."""
+    if type(value) in _FOREIGN_TYPES:
+        return True
+    if _interop().is_foreign(value):
+        if len(_FOREIGN_TYPES) < 64:
+            _FOREIGN_TYPES.add(type(value))
+        return True
+    return False
+
+
+_FOREIGN_TYPES: set = set()
+
+
+def _foreign_call(kernel: Kernel, arrays, out):
+    return _interop().call(kernel, arrays, out, kernel._input_names)
 
 
 def _type_text(buf: Buffer) -> str:
