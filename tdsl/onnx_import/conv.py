@@ -1,4 +1,755 @@
-"""Converters of the convolution, pooling and resizing of any rank: Conv, ConvTranspose, MaxPool, AveragePool, LpPool, Resize, Upsample."""
+"""Converters of the convolution, pooling and resizing of any rank: Conv, ConvTranspose,
+MaxPool, AveragePool, LpPool, the global pools, Resize, Upsample, Col2Im.
+
+2-D NCHW f32 convolutions and pools with symmetric attributes call the standard library's
+``conv2d`` / ``depthwise_conv2d`` / ``max_pool2d`` / ``avg_pool2d`` (tuned schedules, and the
+graph's blocked-layout pass knows them); every other configuration (1-D, 3-D, asymmetric
+pads, groups, dilated pools, ceil mode ...) is an op written here for its shapes: one
+reduction over the channels and kernel offsets, the padding a ``select``. Resize computes
+each resized axis's source indices and weights now, with numpy, as params: its kernel is a
+gather and a blend of a few taps per axis.
+"""
 from __future__ import annotations
 
-from .registry import converter  # noqa: F401
+import math
+
+import numpy as np
+
+from . import templates as T
+from .registry import converter, opt as _opt, text as _text
+
+_FLOATS = ("f32", "f64")
+
+
+# ---------------------------------------------------------------------------- helpers
+
+def _pads(cv, a, spatial, kernel, strides, dilations, in_hw):
+    """The ONNX ``pads`` ([lo..., hi...]) of a node: explicit, or from ``auto_pad``."""
+    pad = _text(a.get("auto_pad", b"NOTSET"))
+    if pad in ("NOTSET", ""):
+        p = [int(v) for v in a.get("pads", [0] * 2 * spatial)]
+        if len(p) != 2 * spatial:
+            raise cv.error(f"pads has {len(p)} values, expected {2 * spatial}")
+        return p
+    if pad == "VALID":
+        return [0] * 2 * spatial
+    if pad not in ("SAME_UPPER", "SAME_LOWER"):
+        raise cv.error(f"auto_pad {pad!r}")
+    out = []
+    for k in range(spatial):            # SAME_UPPER / SAME_LOWER
+        o = math.ceil(in_hw[k] / strides[k])
+        total = max(0, (o - 1) * strides[k] + dilations[k] * (kernel[k] - 1) + 1 - in_hw[k])
+        lo = total // 2 if pad == "SAME_UPPER" else total - total // 2
+        out.append((lo, total - lo))
+    return [p[0] for p in out] + [p[1] for p in out]
+
+
+def _symmetric(pads, strides, dilations):
+    """The single padding, stride and dilation of a std op, or None if they differ."""
+    if len(set(pads)) == 1 and len(set(strides)) == 1 and len(set(dilations)) == 1:
+        return pads[0], strides[0], dilations[0]
+    return None
+
+
+def _attrs(**kw) -> str:
+    defaults = {"stride": 1, "padding": 0, "dilation": 1}
+    return ", ".join(f"{k}={v}" for k, v in kw.items() if defaults.get(k) != v)
+
+
+def _ints(cv, a, key, n, default):
+    v = a.get(key)
+    v = [int(x) for x in v] if v is not None else [default] * n
+    if len(v) != n:
+        raise cv.error(f"{key} has {len(v)} values, expected {n}")
+    return v
+
+
+def _affine(o, s, k, d, p) -> str:
+    """``o * s + k * d - p`` written briefly."""
+    terms = [o if s == 1 else f"{o} * {s}", k if d == 1 else f"{k} * {d}"]
+    e = " + ".join(terms)
+    return e if p == 0 else f"{e} - {p}" if p > 0 else f"{e} + {-p}"
+
+
+def _window(out_sp, in_sp, kernel, strides, dil, pads_lo, oi, ki):
+    """Subscripts of a window read and the conditions that keep it inside the input."""
+    subs, conds = [], []
+    for d in range(len(in_sp)):
+        e = _affine(oi[d], strides[d], ki[d], dil[d], pads_lo[d])
+        subs.append(e)
+        if pads_lo[d] > 0:
+            conds.append(f"{e} >= 0")
+        if (out_sp[d] - 1) * strides[d] + (kernel[d] - 1) * dil[d] - pads_lo[d] >= in_sp[d]:
+            conds.append(f"{e} < {in_sp[d]}")
+    return subs, conds
+
+
+def _guard(conds, load, other):
+    return f"select({' and '.join(conds)}, {load}, {other})" if conds else load
+
+
+def _lowest(dtype):
+    if dtype in _FLOATS:
+        return "-inf"
+    info = np.iinfo({"i64": np.int64, "i32": np.int32, "i16": np.int16, "i8": np.int8,
+                     "u8": np.uint8}[dtype])
+    return str(int(info.min)) if info.min >= 0 else f"({int(info.min)})"
+
+
+def _float_input(cv, name, what):
+    x = cv.tensor(name)
+    if x.dtype not in _FLOATS:
+        raise cv.error(f"{what} on {x.dtype} tensors (supported: f32, f64)")
+    return x
+
+
+# ---------------------------------------------------------------------------- convolution
+
+def _conv_text(xs, ws, ys, strides, pads_lo, dil, group, bias, dtype):
+    sp = len(xs) - 2
+    oi, ki = T.idx(sp, "o"), T.idx(sp, "k")
+    cg, fg = ws[1], ys[1] // group
+    subs, conds = _window(ys[2:], xs[2:], ws[2:], strides, dil, pads_lo, oi, ki)
+    gi = "f" if fg == 1 else f"f // {fg}"
+    chan = "c" if group == 1 else f"{gi} + c" if cg == 1 else f"{gi} * {cg} + c"
+    red = ", ".join([f"c: {cg}"] + [f"{k}: {n}" for k, n in zip(ki, ws[2:])])
+    load = _guard(conds, f"X[n, {chan}, {', '.join(subs)}]", "0.0")
+    params = f"X: {T.ty(xs, dtype)}, W: {T.ty(ws, dtype)}"
+    tail = ""
+    if bias:
+        params += f", B: {T.ty([ys[1]], dtype)}"
+        tail = " + B[f]"
+    return (f"op {{name}}({params}) -> Y: {T.ty(ys, dtype)} {{\n"
+            f"    Y[n, f, {', '.join(oi)}] = sum[{red}](\n"
+            f"        {load} * W[f, c, {', '.join(ki)}]){tail}\n}}\n")
+
+
+@converter("Conv", attrs=("auto_pad", "dilations", "group", "kernel_shape", "pads",
+                          "strides"))
+def conv(cv, node, a):
+    x = _float_input(cv, node.input[0], "Conv")
+    w = cv.tensor(node.input[1])
+    if len(x.shape) < 3 or len(w.shape) != len(x.shape):
+        raise cv.error(f"a convolution of an input of rank {len(x.shape)} with weights of "
+                       f"rank {len(w.shape)} (expected N, C, spatial... for both)")
+    if w.dtype != x.dtype:
+        raise cv.error(f"weights of dtype {w.dtype} on an input of {x.dtype}")
+    sp = len(x.shape) - 2
+    n, c = x.shape[:2]
+    f, cg = w.shape[:2]
+    kernel = list(w.shape[2:])
+    group = int(a.get("group", 1))
+    if group < 1 or c != cg * group or f % group:
+        raise cv.error(f"group {group} with {c} input channels, weights {list(w.shape)}")
+    strides = _ints(cv, a, "strides", sp, 1)
+    dil = _ints(cv, a, "dilations", sp, 1)
+    pads = _pads(cv, a, sp, kernel, strides, dil, x.shape[2:])
+    out_sp = [(x.shape[2 + d] + pads[d] + pads[sp + d] - dil[d] * (kernel[d] - 1) - 1)
+              // strides[d] + 1 for d in range(sp)]
+    if min(out_sp) < 1:
+        raise cv.error(f"the kernel {kernel} is larger than the padded input {x.shape[2:]}")
+    shape = (n, f, *out_sp)
+    bias = _opt(node, 2)
+    sym = _symmetric(pads, strides, dil)
+    std = sp == 2 and x.dtype == "f32" and sym and \
+        (group == 1 or (group == c == f and cg == 1))
+    if std:
+        out = node.output[0] if not bias else node.output[0] + "#conv"
+        cv.call(out, "conv2d" if group == 1 else "depthwise_conv2d", [x, w], shape,
+                _attrs(stride=sym[1], padding=sym[0], dilation=sym[2]))
+        if bias:
+            cv.call(node.output[0], "bias_add", [cv.tensors[out], cv.tensor(bias)], shape)
+        return
+    args = [x, w]
+    if bias:
+        b = cv.tensor(bias)
+        if b.shape != (f,) or b.dtype != x.dtype:
+            raise cv.error(f"a bias of {b.type}, expected {T.ty([f], x.dtype)}")
+        args.append(b)
+    text = _conv_text(list(x.shape), list(w.shape), list(shape), strides, pads[:sp], dil,
+                      group, bool(bias), x.dtype)
+    cv.call(node.output[0], cv.op(f"conv{sp}d", text), args, shape, dtype=x.dtype)
+
+
+def _scatter_window(out_sp, in_sp, kernel, strides, dil, pads_lo, oi, ki):
+    """The input positions a transposed convolution (or Col2Im) gathers for output ``oi``
+    and kernel offset ``ki``: ``(o + p - k * d) / s`` where that is an integer inside."""
+    subs, conds = [], []
+    for d in range(len(in_sp)):
+        s, p, dd = strides[d], pads_lo[d], dil[d]
+        t = oi[d] if p == 0 else f"{oi[d]} + {p}" if p > 0 else f"{oi[d]} - {-p}"
+        t = f"{t} - {ki[d]}" if dd == 1 else f"{t} - {ki[d]} * {dd}"
+        lo = 0 - p - (kernel[d] - 1) * dd           # the smallest t
+        hi = out_sp[d] - 1 + p                       # the largest t
+        if lo < 0:
+            conds.append(f"{t} >= 0")
+        if s > 1:
+            conds.append(f"({t}) % {s} == 0")
+            sub = f"({t}) // {s}"
+        else:
+            sub = t
+        if hi // s >= in_sp[d]:
+            conds.append(f"{sub} < {in_sp[d]}")
+        subs.append(sub)
+    return subs, conds
+
+
+@converter("ConvTranspose", attrs=("auto_pad", "dilations", "group", "kernel_shape",
+                                   "output_padding", "output_shape", "pads", "strides"))
+def conv_transpose(cv, node, a):
+    x = _float_input(cv, node.input[0], "ConvTranspose")
+    w = cv.tensor(node.input[1])
+    if len(x.shape) < 3 or len(w.shape) != len(x.shape):
+        raise cv.error(f"a transposed convolution of an input of rank {len(x.shape)} with "
+                       f"weights of rank {len(w.shape)}")
+    if w.dtype != x.dtype:
+        raise cv.error(f"weights of dtype {w.dtype} on an input of {x.dtype}")
+    sp = len(x.shape) - 2
+    n, c = x.shape[:2]
+    group = int(a.get("group", 1))
+    if group < 1 or w.shape[0] != c or c % group:
+        raise cv.error(f"group {group} with {c} input channels, weights {list(w.shape)}")
+    cg, mg = c // group, w.shape[1]
+    f = mg * group
+    kernel = list(w.shape[2:])
+    ks = _ints(cv, a, "kernel_shape", sp, 0) if "kernel_shape" in a else kernel
+    strides = _ints(cv, a, "strides", sp, 1)
+    dil = _ints(cv, a, "dilations", sp, 1)
+    opad = [int(v) for v in a.get("output_padding", [0] * sp)][:sp]
+    opad += [0] * (sp - len(opad))
+    ins = x.shape[2:]
+    full = [strides[d] * (ins[d] - 1) + opad[d] + (ks[d] - 1) * dil[d] + 1
+            for d in range(sp)]
+    auto = _text(a.get("auto_pad", b"NOTSET"))
+    if auto not in ("NOTSET", "", "VALID", "SAME_UPPER", "SAME_LOWER"):
+        raise cv.error(f"auto_pad {auto!r}")
+    if "output_shape" in a or ("pads" not in a and auto in ("SAME_UPPER", "SAME_LOWER")):
+        oshape = [int(v) for v in a["output_shape"]] if "output_shape" in a else \
+            [ins[d] * strides[d] for d in range(sp)]
+        oshape = oshape[-sp:]
+        if "pads" in a and "output_shape" in a:
+            pads = [int(v) for v in a["pads"]]
+        else:
+            total = [full[d] - oshape[d] for d in range(sp)]
+            lo = [t // 2 if auto == "SAME_UPPER" else t - t // 2 for t in total]
+            pads = lo + [t - lo_ for t, lo_ in zip(total, lo)]
+        out_sp = oshape
+    else:
+        pads = [0] * 2 * sp if auto == "VALID" else _ints(cv, a, "pads", 2 * sp, 0)
+        out_sp = [full[d] - pads[d] - pads[sp + d] for d in range(sp)]
+    if min(out_sp) < 1:
+        raise cv.error(f"an empty output {out_sp}")
+    shape = (n, f, *out_sp)
+    oi, ki = T.idx(sp, "o"), T.idx(sp, "k")
+    subs, conds = _scatter_window(out_sp, ins, kernel, strides, dil, pads[:sp], oi, ki)
+    gi = "f" if mg == 1 else f"f // {mg}"
+    chan = "c" if group == 1 else f"{gi} + c" if cg == 1 else f"{gi} * {cg} + c"
+    wm = "f" if group == 1 else f"f % {mg}"
+    red = ", ".join([f"c: {cg}"] + [f"{k}: {m}" for k, m in zip(ki, kernel)])
+    load = _guard(conds, f"X[n, {chan}, {', '.join(subs)}] * W[{chan}, {wm}, "
+                         f"{', '.join(ki)}]", "0.0")
+    dt = x.dtype
+    params = f"X: {T.ty(x.shape, dt)}, W: {T.ty(w.shape, dt)}"
+    args, tail = [x, w], ""
+    if _opt(node, 2):
+        b = cv.tensor(node.input[2])
+        if b.shape != (f,) or b.dtype != dt:
+            raise cv.error(f"a bias of {b.type}, expected {T.ty([f], dt)}")
+        args.append(b)
+        params += f", B: {T.ty([f], dt)}"
+        tail = " + B[f]"
+    text = (f"op {{name}}({params}) -> Y: {T.ty(shape, dt)} {{\n"
+            f"    Y[n, f, {', '.join(oi)}] = sum[{red}](\n        {load}){tail}\n}}\n")
+    cv.call(node.output[0], cv.op(f"convtranspose{sp}d", text), args, shape, dtype=dt)
+
+
+@converter("Col2Im", attrs=("dilations", "pads", "strides"))
+def col2im(cv, node, a):
+    x = _float_input(cv, node.input[0], "Col2Im")
+    image = [int(v) for v in cv.value(node.input[1]).reshape(-1)]
+    block = [int(v) for v in cv.value(node.input[2]).reshape(-1)]
+    sp = len(image)
+    if len(x.shape) != 3 or len(block) != sp:
+        raise cv.error(f"an input of rank {len(x.shape)} (expected [N, C * prod(block), L])")
+    kprod = int(np.prod(block))
+    n, ck, l_ = x.shape
+    if ck % kprod:
+        raise cv.error(f"{ck} rows is not a multiple of the block size {kprod}")
+    c = ck // kprod
+    strides = _ints(cv, a, "strides", sp, 1)
+    dil = _ints(cv, a, "dilations", sp, 1)
+    pads = _ints(cv, a, "pads", 2 * sp, 0)
+    nblk = [(image[d] + pads[d] + pads[sp + d] - dil[d] * (block[d] - 1) - 1) // strides[d] + 1
+            for d in range(sp)]
+    if int(np.prod(nblk)) != l_:
+        raise cv.error(f"{l_} blocks, but the image and block shapes give {nblk}")
+    shape = (n, c, *image)
+    oi, ki = T.idx(sp, "o"), T.idx(sp, "k")
+    subs, conds = _scatter_window(image, nblk, block, strides, dil, pads[:sp], oi, ki)
+    kst = np.cumprod([1] + block[::-1])[:-1][::-1]
+    bst = np.cumprod([1] + nblk[::-1])[:-1][::-1]
+    klin = " + ".join(f"{k} * {int(s)}" if s != 1 else k for k, s in zip(ki, kst))
+    blin = " + ".join(f"({e}) * {int(s)}" if s != 1 else f"({e})" for e, s in zip(subs, bst))
+    red = ", ".join(f"{k}: {m}" for k, m in zip(ki, block))
+    load = _guard(conds, f"X[n, c * {kprod} + {klin}, {blin}]", "0.0")
+    text = (f"op {{name}}(X: {T.ty(x.shape, x.dtype)}) -> Y: {T.ty(shape, x.dtype)} {{\n"
+            f"    Y[n, c, {', '.join(oi)}] = sum[{red}](\n        {load})\n}}\n")
+    cv.call(node.output[0], cv.op("col2im", text), [x], shape, dtype=x.dtype)
+
+
+# ---------------------------------------------------------------------------- pooling
+
+def _pool_geometry(cv, a, x_shape, kernel):
+    """Strides, dilations, pads ([lo..., hi...]) and output sizes of a pool, as ONNX's
+    reference (and onnxruntime) compute them."""
+    sp = len(x_shape) - 2
+    ins = list(x_shape[2:])
+    strides = _ints(cv, a, "strides", sp, 1)
+    dil = _ints(cv, a, "dilations", sp, 1)
+    ceil = bool(a.get("ceil_mode", 0))
+    auto = _text(a.get("auto_pad", b"NOTSET"))
+    pads = _pads(cv, a, sp, kernel, strides, dil, ins)
+    out = []
+    for d in range(sp):
+        span = ins[d] + pads[d] + pads[sp + d] - dil[d] * (kernel[d] - 1) - 1
+        if auto in ("SAME_UPPER", "SAME_LOWER"):
+            o = -(-ins[d] // strides[d])
+        elif ceil:
+            o = -(-span // strides[d]) + 1
+            if (o - 1) * strides[d] >= ins[d] + pads[d]:
+                o -= 1                       # the last window must start inside the input
+        else:
+            o = span // strides[d] + 1
+        if o < 1:
+            raise cv.error(f"the window {kernel} is larger than the padded input {ins}")
+        out.append(o)
+    return strides, dil, pads, out
+
+
+def _pool_counts(ins, out, kernel, strides, dil, pads, count_pad):
+    """The number of elements each window averages (a static array of the output's spatial
+    shape), the product of per-axis counts."""
+    sp = len(ins)
+    total = np.ones([1] * sp, np.float64)
+    for d in range(sp):
+        pos = (np.arange(out[d])[:, None] * strides[d] + np.arange(kernel[d])[None, :] *
+               dil[d] - pads[d])
+        hi = ins[d] + pads[sp + d] if count_pad else ins[d]
+        lo = -pads[d] if count_pad else 0
+        cnt = ((pos >= lo) & (pos < hi)).sum(axis=1).astype(np.float64)
+        shape = [1] * sp
+        shape[d] = out[d]
+        total = total * cnt.reshape(shape)
+    return total
+
+
+@converter("MaxPool", "AveragePool", "LpPool",
+           attrs=("auto_pad", "ceil_mode", "count_include_pad", "kernel_shape", "pads",
+                  "strides", "dilations", "storage_order", "p"))
+def pool(cv, node, a):
+    kind = {"MaxPool": "max", "AveragePool": "avg", "LpPool": "lp"}[node.op_type]
+    x = cv.tensor(node.input[0])
+    if kind != "max" and x.dtype not in _FLOATS:
+        raise cv.error(f"{node.op_type} on {x.dtype} tensors (supported: f32, f64)")
+    if kind == "max" and x.dtype not in _FLOATS + ("i8", "u8"):
+        raise cv.error(f"MaxPool on {x.dtype} tensors (supported: f32, f64, i8, u8)")
+    if len(x.shape) < 3:
+        raise cv.error(f"pooling an input of rank {len(x.shape)} (expected N, C, spatial...)")
+    sp = len(x.shape) - 2
+    if "kernel_shape" not in a:
+        raise cv.error("a pool without kernel_shape")
+    kernel = _ints(cv, a, "kernel_shape", sp, 1)
+    strides, dil, pads, out_sp = _pool_geometry(cv, a, x.shape, kernel)
+    shape = (*x.shape[:2], *out_sp)
+    count_pad = bool(a.get("count_include_pad", 0))
+    indices = len(node.output) > 1 and node.output[1]
+    ceil = bool(a.get("ceil_mode", 0))
+    sym = _symmetric(pads, strides, dil)
+    if sp == 2 and x.dtype == "f32" and kind != "lp" and not indices and sym and \
+            sym[2] == 1 and kernel[0] == kernel[1] and not ceil and \
+            (kind == "max" or not count_pad or sym[0] == 0):
+        attrs = f"kernel={kernel[0]}" + (f", stride={sym[1]}" if sym[1] != kernel[0] else "") \
+            + (f", padding={sym[0]}" if sym[0] else "")
+        cv.call(node.output[0], f"{kind}_pool2d", [x], shape, attrs)
+        return
+    dt = x.dtype
+    oi, ki = T.idx(sp, "o"), T.idx(sp, "k")
+    subs, conds = _window(out_sp, x.shape[2:], kernel, strides, dil, pads[:sp], oi, ki)
+    win = ", ".join(f"{k}: {m}" for k, m in zip(ki, kernel))
+    load = f"X[n, c, {', '.join(subs)}]"
+    lhs = f"[n, c, {', '.join(oi)}]"
+    head = f"op {{name}}(X: {T.ty(x.shape, dt)}"
+    if kind == "max":
+        body = f"    Y{lhs} = max[{win}]({_guard(conds, load, _lowest(dt))})\n"
+        if not indices:
+            text = head + f") -> Y: {T.ty(shape, dt)} {{\n{body}}}\n"
+            cv.call(node.output[0], cv.op(f"maxpool{sp}d", text), [x], shape, dtype=dt)
+            return
+        _max_pool_indices(cv, node, a, x, shape, kernel, strides, dil, pads, conds, subs,
+                          body, head, win, lhs, load)
+        return
+    if kind == "lp":
+        p = a.get("p", 2)
+        term = f"{load} * {load}" if p == 2 else f"pow(abs({load}), {T.lit(float(p))})"
+        s = f"sum[{win}]({_guard(conds, term, '0.0')})"
+        args = [x]
+        val = f"sqrt({s})" if p == 2 else f"pow({s}, {T.lit(1.0 / float(p))})"
+        text = head + f") -> Y: {T.ty(shape, dt)} {{\n    Y{lhs} = {val}\n}}\n"
+        cv.call(node.output[0], cv.op(f"lppool{sp}d", text), args, shape, dtype=dt)
+        return
+    counts = _pool_counts(x.shape[2:], out_sp, kernel, strides, dil, pads, count_pad)
+    s = f"sum[{win}]({_guard(conds, load, '0.0')})"
+    if np.all(counts == counts.flat[0]):
+        text = head + (f") -> Y: {T.ty(shape, dt)} {{\n"
+                       f"    Y{lhs} = {s} / {T.lit(float(counts.flat[0]), dt)}\n}}\n")
+        args = [x]
+    else:
+        name = node.output[0] + "#count"
+        cv.static[name] = counts.astype(np.float32 if dt == "f32" else np.float64)
+        k = cv.tensor(name)
+        text = head + (f", K: {k.type}) -> Y: {T.ty(shape, dt)} {{\n"
+                       f"    P: {T.ty(shape, dt)}\n    P{lhs} = {s}\n"
+                       f"    Y{lhs} = P{lhs} / K[{', '.join(oi)}]\n}}\n")
+        args = [x, k]
+    cv.call(node.output[0], cv.op(f"avgpool{sp}d", text), args, shape, dtype=dt)
+
+
+def _max_pool_indices(cv, node, a, x, shape, kernel, strides, dil, pads, conds, subs, body,
+                      head, win, lhs, load):
+    """MaxPool with its Indices output: the flat index (over the whole input, row-major, or
+    column-major in the spatial axes with storage_order=1) of each window's first maximum
+    in window order, as ONNX's reference picks it."""
+    sp = len(kernel)
+    dt = x.dtype
+    ki = T.idx(sp, "k")
+    kst = np.cumprod([1] + kernel[::-1])[:-1][::-1]
+    klin = " + ".join(f"{k} * {int(s)}" if s != 1 else k for k, s in zip(ki, kst))
+    big = int(np.prod(kernel))
+    hit = f"{load} == Y{lhs}"
+    cond = " and ".join(conds + [hit])
+    jbody = f"    J{lhs} = min[{win}](select({cond}, {klin}, {big}))\n"
+    ins = list(x.shape[2:])
+    order = int(a.get("storage_order", 0))
+    sst = np.cumprod([1] + ins[::-1])[:-1][::-1] if order == 0 else np.cumprod([1] + ins)[:-1]
+    plane = int(np.prod(ins))
+    oi = T.idx(sp, "o")
+    terms = [f"(n * {x.shape[1]} + c) * {plane}"]
+    for d in range(sp):
+        kd = f"J{lhs} // {int(kst[d])} % {kernel[d]}" if kst[d] != 1 else \
+            f"J{lhs} % {kernel[d]}"
+        pos = _affine(oi[d], strides[d], f"({kd})", dil[d], pads[d])
+        terms.append(f"({pos}) * {int(sst[d])}" if sst[d] != 1 else f"({pos})")
+    text = (head + f") -> (Y: {T.ty(shape, dt)}, I: {T.ty(shape, 'i64')}) {{\n{body}"
+            f"    J: {T.ty(shape, 'i64')}\n{jbody}"
+            f"    I{lhs} = {' + '.join(terms)}\n}}\n")
+    name = cv.op(f"maxpool{sp}d_indices", text)
+    # a two-output op: called once, each output named in the graph
+    y = cv.fresh(node.output[0])
+    i = cv.fresh(node.output[1])
+    cv.lines.append(f"    {y}, {i} = {name}({x.name})")
+    from .convert import Tensor
+    cv.tensors[node.output[0]] = Tensor(y, shape, dt)
+    cv.tensors[node.output[1]] = Tensor(i, shape, "i64")
+
+
+@converter("GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool", attrs=("p",))
+def global_pool(cv, node, a):
+    x = cv.tensor(node.input[0])
+    kind = node.op_type
+    ok = _FLOATS + (("i8", "u8") if kind == "GlobalMaxPool" else ())
+    if x.dtype not in ok:
+        raise cv.error(f"{kind} on {x.dtype} tensors (supported: {', '.join(ok)})")
+    if len(x.shape) < 3:
+        raise cv.error(f"pooling an input of rank {len(x.shape)} (expected N, C, spatial...)")
+    n, c = x.shape[:2]
+    sp = len(x.shape) - 2
+    shape = (n, c) + (1,) * sp
+    if kind == "GlobalAveragePool" and sp == 2 and x.dtype == "f32":
+        mid = node.output[0] + "#gap"
+        cv.call(mid, "global_avg_pool2d", [x], (n, c))
+        cv.reshape(node.output[0], mid, shape)
+        return
+    ri = T.idx(sp, "r")
+    red = ", ".join(ri)
+    load = f"X[n, c, {red}]"
+    if kind == "GlobalMaxPool":
+        body = f"max[{red}]({load})"
+    elif kind == "GlobalAveragePool":
+        body = f"sum[{red}]({load}) / {T.lit(float(np.prod(x.shape[2:])), x.dtype)}"
+    else:
+        p = a.get("p", 2)
+        body = f"sqrt(sum[{red}]({load} * {load}))" if p == 2 else \
+            f"pow(sum[{red}](pow(abs({load}), {T.lit(float(p))})), {T.lit(1.0 / p)})"
+    text = (f"op {{name}}(X: {T.ty(x.shape, x.dtype)}) -> Y: {T.ty(shape, x.dtype)} {{\n"
+            f"    Y[n, c, {', '.join(T.idx(sp, 'a'))}] = {body}\n}}\n")
+    cv.call(node.output[0], cv.op(kind.lower(), text), [x], shape, dtype=x.dtype)
+
+
+# ---------------------------------------------------------------------------- resizing
+
+def _nearest_coeffs(ratio, mode):
+    if float(ratio).is_integer():
+        return [0.0, 1.0]
+    if mode == "round_prefer_floor":
+        return [float(ratio <= 0.5), float(ratio > 0.5)]
+    if mode == "round_prefer_ceil":
+        return [float(ratio < 0.5), float(ratio >= 0.5)]
+    if mode == "floor":
+        return [1.0, 0.0]
+    return [0.0, 1.0]                                   # ceil
+
+
+def _cubic_coeffs(ratio, scale, A, antialias):
+    if not antialias:
+        return [((A * (ratio + 1) - 5 * A) * (ratio + 1) + 8 * A) * (ratio + 1) - 4 * A,
+                ((A + 2) * ratio - (A + 3)) * ratio * ratio + 1,
+                ((A + 2) * (1 - ratio) - (A + 3)) * (1 - ratio) * (1 - ratio) + 1,
+                ((A * ((1 - ratio) + 1) - 5 * A) * ((1 - ratio) + 1) + 8 * A)
+                * ((1 - ratio) + 1) - 4 * A]
+    scale = min(scale, 1.0)
+
+    def coeff(v):
+        v = abs(v)
+        if v <= 1:
+            return (A + 2) * v ** 3 - (A + 3) * v * v + 1
+        if v < 2:
+            return A * v ** 3 - 5 * A * v * v + 8 * A * v - 4 * A
+        return 0.0
+    start = int(np.floor(-2 / scale) + 1)
+    cs = [coeff(scale * (i - ratio)) for i in range(start, 2 - start)]
+    return list(np.array(cs) / sum(cs))
+
+
+def _linear_coeffs(ratio, scale, antialias):
+    if not antialias:
+        return [1 - ratio, ratio]
+    scale = min(scale, 1.0)
+    start = int(np.floor(-1 / scale) + 1)
+    args = (np.arange(start, start + 2 - 2 * start) - ratio) * scale
+    cs = np.clip(1 - np.abs(args), 0, 1)
+    return list(cs / cs.sum())
+
+
+def _resize_axis(in_w, out_w, scale, coeffs_of, ctm, roi, exclude_outside):
+    """Per output position of one axis: the clamped source indices [O, taps], their
+    weights [O, taps] and whether it is extrapolated (tf_crop_and_resize), as ONNX's
+    reference resizes one axis."""
+    y = np.arange(out_w, dtype=np.float64)
+    width = scale * in_w
+    extrap = None
+    if ctm == "align_corners":
+        x = np.zeros(out_w) if width == 1 else y * (in_w - 1) / (width - 1)
+    elif ctm == "asymmetric":
+        x = y / scale
+    elif ctm == "tf_crop_and_resize":
+        if width == 1:
+            x = np.full(out_w, (roi[1] - roi[0]) * (in_w - 1) / 2)
+        else:
+            x = y * (roi[1] - roi[0]) * (in_w - 1) / (width - 1)
+        x = x + roi[0] * (in_w - 1)
+        extrap = (x < 0) | (x > in_w - 1)
+    elif ctm == "pytorch_half_pixel":
+        x = np.full(out_w, -0.5) if width == 1 else (y + 0.5) / scale - 0.5
+    elif ctm == "half_pixel":
+        x = (y + 0.5) / scale - 0.5
+    elif ctm == "half_pixel_symmetric":
+        offset = in_w / 2 * (1 - out_w / width)
+        x = offset + (y + 0.5) / scale - 0.5
+    else:
+        raise ValueError(ctm)
+    xi = np.floor(x).astype(np.int64)
+    ratios = np.where(x == xi, 1.0, x - xi)
+    coeffs = np.array([coeffs_of(float(r)) for r in ratios], np.float64).reshape(out_w, -1)
+    n = coeffs.shape[1]
+    pad = int(np.ceil(n / 2))
+    xp = x + pad
+    pp = np.floor(xp).astype(np.int64)
+    frac = xp - pp
+    if n % 2 == 0:
+        off = np.where(frac == 0, -(n // 2), -(n // 2) + 1)
+    else:
+        off = np.where(frac <= 0.5, -((n - 1) // 2), -((n - 1) // 2) + 1)
+    idx = (pp + off)[:, None] + np.arange(n)[None, :] - pad
+    if exclude_outside:
+        coeffs = np.where((idx < 0) | (idx >= in_w), 0.0, coeffs)
+        tot = coeffs.sum(axis=-1, keepdims=True)
+        coeffs = coeffs / np.where(tot == 0, 1.0, tot)
+    return np.clip(idx, 0, in_w - 1), coeffs, extrap
+
+
+def _resize(cv, node, x, scales, sizes, roi, mode, nearest_mode, ctm, cubic_a,
+            exclude_outside, antialias, extrap_value, axes, policy):
+    r = len(x.shape)
+    shape_in = list(x.shape)
+    if axes is None:
+        axes = list(range(r))
+    axes = [int(v) % r for v in axes]
+    if len(set(axes)) != len(axes):
+        raise cv.error(f"repeated axes {axes}")
+    full_roi = None
+    if roi is not None and roi.size:
+        roi = [float(v) for v in roi.reshape(-1)]
+        if len(roi) != 2 * len(axes):
+            raise cv.error(f"roi has {len(roi)} values, expected {2 * len(axes)}")
+        full_roi = [0.0] * r + [1.0] * r
+        for i, d in enumerate(axes):
+            full_roi[d], full_roi[r + d] = roi[i], roi[len(axes) + i]
+    if sizes is not None:
+        sizes = [int(v) for v in sizes.reshape(-1)]
+        if len(sizes) != len(axes):
+            raise cv.error(f"sizes has {len(sizes)} values, expected {len(axes)}")
+        out = list(shape_in)
+        for i, d in enumerate(axes):
+            out[d] = sizes[i]
+        sf = [out[d] / shape_in[d] for d in range(r)]
+        if policy != "stretch":
+            if policy not in ("not_larger", "not_smaller"):
+                raise cv.error(f"keep_aspect_ratio_policy {policy!r}")
+            pick = min if policy == "not_larger" else max
+            s = pick(sf[d] for d in axes)
+            sf = [s if d in axes else 1.0 for d in range(r)]
+            out = [int(s * shape_in[d] + 0.5) if d in axes else shape_in[d]
+                   for d in range(r)]
+    else:
+        sc = scales.reshape(-1)
+        if sc.size != len(axes):
+            raise cv.error(f"scales has {sc.size} values, expected {len(axes)}")
+        full = np.ones(r, sc.dtype)
+        for i, d in enumerate(axes):
+            full[d] = sc[i]
+        out = [int(v) for v in (full * np.array(shape_in)).astype(int)]
+        sf = [float(v) for v in full]
+    if min(out) < 1:
+        raise cv.error(f"an empty output {out}")
+    if mode == "nearest":
+        if antialias:
+            raise cv.error("antialias with mode nearest")
+
+        def coeffs_of(ratio, scale):
+            return _nearest_coeffs(ratio, nearest_mode)
+    elif mode == "linear":
+        def coeffs_of(ratio, scale):
+            return _linear_coeffs(ratio, scale, antialias)
+    elif mode == "cubic":
+        def coeffs_of(ratio, scale):
+            return _cubic_coeffs(ratio, scale, cubic_a, antialias)
+    else:
+        raise cv.error(f"mode {mode!r}")
+    if mode != "nearest" and x.dtype not in _FLOATS:
+        raise cv.error(f"{mode} resizing of {x.dtype} tensors (supported: f32, f64)")
+    dt = x.dtype
+    wnp = np.float32 if dt != "f64" else np.float64
+    oi = T.idx(r, "i")
+    subs, factors, masks, red, params, args = list(oi), [], [], [], [], [x]
+    for d in range(r):
+        trivial = math.isclose(sf[d], 1.0) and out[d] == shape_in[d] and \
+            (full_roi is None or (math.isclose(full_roi[d], 0.0) and
+                                  math.isclose(full_roi[r + d], 1.0)))
+        if trivial:
+            continue
+        idx, w, ex = _resize_axis(shape_in[d], out[d], sf[d],
+                                  lambda q, s=sf[d]: coeffs_of(q, s), ctm,
+                                  None if full_roi is None else
+                                  [full_roi[d], full_roi[r + d]], exclude_outside)
+        keep = np.any(w != 0, axis=0)            # taps never used (nearest) are dropped
+        if not keep.any():
+            keep[0] = True
+        idx, w = idx[:, keep], w[:, keep]
+        base = f"{node.output[0]}#resize{d}"
+        if mode == "nearest" or (w.shape[1] == 1 and np.all(w == 1.0)):
+            pick = idx[np.arange(out[d]), np.argmax(w != 0, axis=1)]
+            if np.array_equal(pick, np.arange(out[d])):
+                pass
+            elif np.array_equal(pick, np.arange(out[d]) // max(1, out[d] // shape_in[d])) \
+                    and out[d] % shape_in[d] == 0:
+                subs[d] = f"{oi[d]} // {out[d] // shape_in[d]}"
+            else:
+                cv.static[base + "i"] = pick.astype(np.int32)
+                t = cv.tensor(base + "i")
+                params.append(f"I{d}: {t.type}")
+                args.append(t)
+                subs[d] = f"I{d}[{oi[d]}]"
+        else:
+            taps = f"t{d}"
+            cv.static[base + "i"] = idx.astype(np.int32)
+            cv.static[base + "w"] = w.astype(wnp)
+            ti, tw = cv.tensor(base + "i"), cv.tensor(base + "w")
+            params += [f"I{d}: {ti.type}", f"W{d}: {tw.type}"]
+            args += [ti, tw]
+            subs[d] = f"I{d}[{oi[d]}, {taps}]"
+            factors.append(f"W{d}[{oi[d]}, {taps}]")
+            red.append(f"{taps}: {w.shape[1]}")
+        if ex is not None and ex.any():
+            cv.static[base + "e"] = ex.astype(np.bool_)
+            te = cv.tensor(base + "e")
+            params.append(f"E{d}: {te.type}")
+            args.append(te)
+            masks.append(f"E{d}[{oi[d]}]")
+    body = " * ".join([f"X[{', '.join(subs)}]"] + factors)
+    if red:
+        body = f"sum[{', '.join(red)}]({body})"
+    if masks:
+        body = f"select({' or '.join(masks)}, {T.lit(extrap_value, dt)}, {body})"
+    text = (f"op {{name}}(X: {T.ty(shape_in, dt)}{''.join(', ' + p for p in params)}) "
+            f"-> Y: {T.ty(out, dt)} {{\n    Y[{', '.join(oi)}] = {body}\n}}\n")
+    cv.call(node.output[0], cv.op("resize", text), args, tuple(out), dtype=dt)
+
+
+@converter("Resize", attrs=("antialias", "axes", "coordinate_transformation_mode",
+                            "cubic_coeff_a", "exclude_outside", "extrapolation_value",
+                            "keep_aspect_ratio_policy", "mode", "nearest_mode"))
+def resize(cv, node, a):
+    x = cv.tensor(node.input[0])
+    mode = _text(a.get("mode", b"nearest"))
+    if cv.opset < 11:                 # Resize-10: X, scales; asymmetric, floor
+        scales, sizes, roi = cv.value(node.input[1]), None, None
+        ctm, nearest = "asymmetric", "floor"
+    else:
+        roi = cv.value(node.input[1]) if _opt(node, 1) else None
+        scales = cv.value(node.input[2]) if _opt(node, 2) else None
+        sizes = cv.value(node.input[3]) if _opt(node, 3) else None
+        if scales is not None and scales.size == 0:
+            scales = None
+        if sizes is not None and sizes.size == 0:
+            sizes = None
+        ctm = _text(a.get("coordinate_transformation_mode", b"half_pixel"))
+        nearest = _text(a.get("nearest_mode", b"round_prefer_floor"))
+    if (scales is None) == (sizes is None):
+        raise cv.error("exactly one of scales and sizes must be given")
+    if ctm not in ("half_pixel", "half_pixel_symmetric", "align_corners", "asymmetric",
+                   "pytorch_half_pixel", "tf_crop_and_resize"):
+        raise cv.error(f"coordinate_transformation_mode {ctm!r}")
+    if nearest not in ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil"):
+        raise cv.error(f"nearest_mode {nearest!r}")
+    if ctm == "tf_crop_and_resize" and (roi is None or roi.size == 0):
+        raise cv.error("tf_crop_and_resize without a roi")
+    if ctm != "tf_crop_and_resize":
+        roi = None
+    axes = a.get("axes")
+    _resize(cv, node, x, scales, sizes, roi, mode, nearest, ctm,
+            float(a.get("cubic_coeff_a", -0.75)), bool(a.get("exclude_outside", 0)),
+            bool(a.get("antialias", 0)), float(a.get("extrapolation_value", 0.0)),
+            None if axes is None else list(axes),
+            _text(a.get("keep_aspect_ratio_policy", b"stretch")))
+
+
+@converter("Upsample", attrs=("mode", "scales", "height_scale", "width_scale"))
+def upsample(cv, node, a):
+    x = cv.tensor(node.input[0])
+    mode = _text(a.get("mode", b"nearest"))
+    if "scales" in a:
+        scales = np.array(a["scales"], np.float32)
+    elif len(node.input) > 1 and node.input[1]:
+        scales = cv.value(node.input[1]).astype(np.float32)
+    elif "height_scale" in a:             # Upsample-1
+        scales = np.array([1, 1, a["height_scale"], a.get("width_scale", 1)], np.float32)
+    else:
+        raise cv.error("an Upsample without scales")
+    if mode == "bilinear":
+        mode = "linear"
+    if mode not in ("nearest", "linear"):
+        raise cv.error(f"mode {mode!r}")
+    if np.any(scales < 1):
+        raise cv.error(f"scales {scales.tolist()} below 1 (Upsample only enlarges)")
+    _resize(cv, node, x, scales, None, None, mode, "floor", "asymmetric", -0.75, False,
+            False, 0.0, None, "stretch")

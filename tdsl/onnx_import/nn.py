@@ -1,73 +1,11 @@
-"""Converters of the neural-network operators: Conv, Gemm, MatMul, pooling,
-BatchNormalization, Softmax/LogSoftmax, LRN."""
+"""Converters of the neural-network operators: Gemm, MatMul, BatchNormalization,
+Softmax/LogSoftmax, LRN (convolution and pooling are in `conv`)."""
 from __future__ import annotations
-
-import math
 
 import numpy as np
 
 from . import templates as T
 from .registry import converter, opt as _opt
-
-
-def _pads(cv, a, spatial, kernel, strides, dilations, in_hw):
-    pad = a.get("auto_pad", b"NOTSET")
-    pad = pad.decode() if isinstance(pad, bytes) else pad
-    if pad in ("NOTSET", ""):
-        p = [int(v) for v in a.get("pads", [0] * 2 * spatial)]
-        return p
-    if pad == "VALID":
-        return [0] * 2 * spatial
-    out = []
-    for k in range(spatial):            # SAME_UPPER / SAME_LOWER
-        o = math.ceil(in_hw[k] / strides[k])
-        total = max(0, (o - 1) * strides[k] + dilations[k] * (kernel[k] - 1) + 1 - in_hw[k])
-        lo = total // 2 if pad == "SAME_UPPER" else total - total // 2
-        out.append((lo, total - lo))
-    return [p[0] for p in out] + [p[1] for p in out]
-
-
-def _symmetric(pads, strides, dilations):
-    """The single padding, stride and dilation of a std op, or None if they differ."""
-    if len(set(pads)) == 1 and len(set(strides)) == 1 and len(set(dilations)) == 1:
-        return pads[0], strides[0], dilations[0]
-    return None
-
-
-def _attrs(**kw) -> str:
-    defaults = {"stride": 1, "padding": 0, "dilation": 1}
-    return ", ".join(f"{k}={v}" for k, v in kw.items() if defaults.get(k) != v)
-
-
-@converter("Conv", attrs=("auto_pad", "dilations", "group", "kernel_shape", "pads",
-                          "strides"))
-def conv(cv, node, a):
-    x, w = cv.tensor(node.input[0]), cv.tensor(node.input[1])
-    if len(x.shape) != 4:
-        raise cv.error(f"only 2-D convolutions (NCHW) are supported, got rank {len(x.shape)}")
-    n, c, h, wd = x.shape
-    f, cg, kh, kw = w.shape
-    group = a.get("group", 1)
-    strides = [int(v) for v in a.get("strides", [1, 1])]
-    dil = [int(v) for v in a.get("dilations", [1, 1])]
-    pads = _pads(cv, a, 2, (kh, kw), strides, dil, (h, wd))
-    oh = (h + pads[0] + pads[2] - dil[0] * (kh - 1) - 1) // strides[0] + 1
-    ow = (wd + pads[1] + pads[3] - dil[1] * (kw - 1) - 1) // strides[1] + 1
-    shape = (n, f, oh, ow)
-    sym = _symmetric(pads, strides, dil)
-    out = node.output[0] if not _opt(node, 2) else node.output[0] + "#conv"
-    if sym and group == 1:
-        cv.call(out, "conv2d", [x, w], shape,
-                _attrs(stride=sym[1], padding=sym[0], dilation=sym[2]))
-    elif sym and group == c == f and cg == 1:
-        cv.call(out, "depthwise_conv2d", [x, w], shape,
-                _attrs(stride=sym[1], padding=sym[0], dilation=sym[2]))
-    else:
-        text = T.conv(list(x.shape), list(w.shape), list(shape), strides, pads, dil, group)
-        cv.call(out, cv.op("conv", text), [x, w], shape)
-    if _opt(node, 2):
-        b = cv.tensor(node.input[2])
-        cv.call(node.output[0], "bias_add", [cv.tensors[out], b], shape)
 
 
 @converter("Gemm", attrs=("alpha", "beta", "transA", "transB", "broadcast"))
@@ -94,57 +32,6 @@ def gemm(cv, node, a):
     text = T.gemm(list(sa), list(cv.shape(xb)), list(args[2].shape) if xc else None, ta, tb,
                   alpha, beta, (m, n))
     cv.call(node.output[0], cv.op("gemm", text), args, (m, n))
-
-
-@converter("MaxPool", "AveragePool", attrs=("auto_pad", "ceil_mode", "count_include_pad",
-                                            "kernel_shape", "pads", "strides", "dilations",
-                                            "storage_order"))
-def pool(cv, node, a):
-    x = cv.tensor(node.input[0])
-    if len(x.shape) != 4:
-        raise cv.error("only 2-D pooling (NCHW) is supported")
-    if any(d != 1 for d in a.get("dilations", [1, 1])) or a.get("storage_order", 0):
-        raise cv.error("pooling with dilations or a column-major storage order")
-    if len(node.output) > 1 and node.output[1]:
-        raise cv.error("MaxPool's indices output")
-    n, c, h, w = x.shape
-    kernel = [int(v) for v in a["kernel_shape"]]
-    strides = [int(v) for v in a.get("strides", [1, 1])]
-    pads = _pads(cv, a, 2, kernel, strides, [1, 1], (h, w))
-    ceil = a.get("ceil_mode", 0)
-    out = []
-    for k, size in enumerate((h, w)):
-        span = size + pads[k] + pads[k + 2] - kernel[k]
-        o = (-(-span // strides[k]) if ceil else span // strides[k]) + 1
-        if ceil and (o - 1) * strides[k] >= size + pads[k]:
-            o -= 1                       # the last window must start inside the input
-        out.append(o)
-    shape = (n, c, out[0], out[1])
-    kind = "max" if node.op_type == "MaxPool" else "avg"
-    count_pad = bool(a.get("count_include_pad", 0))
-    sym = _symmetric(pads, strides, [1, 1])
-    std_ok = sym and kernel[0] == kernel[1] and not ceil and \
-        (kind == "max" or not count_pad or sym[0] == 0)
-    if std_ok:
-        attrs = f"kernel={kernel[0]}" + (f", stride={sym[1]}" if sym[1] != kernel[0] else "") \
-            + (f", padding={sym[0]}" if sym[0] else "")
-        cv.call(node.output[0], f"{kind}_pool2d", [x], shape, attrs)
-    else:
-        text = T.pool(list(x.shape), list(shape), kernel, strides, pads, kind, count_pad)
-        cv.call(node.output[0], cv.op(f"{kind}pool", text), [x], shape)
-
-
-@converter("GlobalAveragePool", "GlobalMaxPool")
-def global_pool(cv, node, a):
-    x = cv.tensor(node.input[0])
-    n, c = x.shape[:2]
-    if node.op_type == "GlobalAveragePool":
-        mid = node.output[0] + "#gap"
-        cv.call(mid, "global_avg_pool2d", [x], (n, c))
-        cv.reshape(node.output[0], mid, (n, c, 1, 1))
-    else:
-        cv.call(node.output[0], cv.op("gmaxpool", T.global_pool(list(x.shape), "max")), [x],
-                (n, c, 1, 1))
 
 
 @converter("BatchNormalization", attrs=("epsilon", "momentum", "spatial", "is_test",
