@@ -190,7 +190,7 @@ def _scatter_window(out_sp, in_sp, kernel, strides, dil, pads_lo, oi, ki):
             sub = t
         if hi // s >= in_sp[d]:
             conds.append(f"{sub} < {in_sp[d]}")
-        subs.append(sub)
+        subs.append(sub if in_sp[d] > 1 else "0")
     return subs, conds
 
 
@@ -289,7 +289,8 @@ def col2im(cv, node, a):
     kst = np.cumprod([1] + block[::-1])[:-1][::-1]
     bst = np.cumprod([1] + nblk[::-1])[:-1][::-1]
     klin = " + ".join(f"{k} * {int(s)}" if s != 1 else k for k, s in zip(ki, kst))
-    blin = " + ".join(f"({e}) * {int(s)}" if s != 1 else f"({e})" for e, s in zip(subs, bst))
+    blin = " + ".join(f"({e}) * {int(s)}" if s != 1 else f"({e})" for e, s in zip(subs, bst)
+                      if e != "0") or "0"
     red = ", ".join(f"{k}: {m}" for k, m in zip(ki, block))
     load = _guard(conds, f"X[n, c * {kprod} + {klin}, {blin}]", "0.0")
     text = (f"op {{name}}(X: {T.ty(x.shape, x.dtype)}) -> Y: {T.ty(shape, x.dtype)} {{\n"
@@ -425,9 +426,8 @@ def _max_pool_indices(cv, node, a, x, shape, kernel, strides, dil, pads, conds, 
     kst = np.cumprod([1] + kernel[::-1])[:-1][::-1]
     klin = " + ".join(f"{k} * {int(s)}" if s != 1 else k for k, s in zip(ki, kst))
     big = int(np.prod(kernel))
-    hit = f"{load} == Y{lhs}"
-    cond = " and ".join(conds + [hit])
-    jbody = f"    J{lhs} = min[{win}](select({cond}, {klin}, {big}))\n"
+    pick = _guard(conds, f"select({load} == Y{lhs}, {klin}, {big})", str(big))
+    jbody = f"    J{lhs} = min[{win}]({pick})\n"
     ins = list(x.shape[2:])
     order = int(a.get("storage_order", 0))
     sst = np.cumprod([1] + ins[::-1])[:-1][::-1] if order == 0 else np.cumprod([1] + ins)[:-1]
