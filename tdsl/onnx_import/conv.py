@@ -753,3 +753,107 @@ def upsample(cv, node, a):
         raise cv.error(f"scales {scales.tolist()} below 1 (Upsample only enlarges)")
     _resize(cv, node, x, scales, None, None, mode, "floor", "asymmetric", -0.75, False,
             False, 0.0, None, "stretch")
+
+
+# ---------------------------------------------------------------------------- GridSample
+
+def _reflect(v: str, lo: float, hi: float, dt: str) -> str:
+    """ONNX's reference reflection of coordinate ``v`` into [lo, hi] (by the near border,
+    repeatedly), as an expression."""
+    if hi <= lo:
+        return T.lit(lo, dt)
+    rng = hi - lo
+    L, H, R = T.lit(lo, dt), T.lit(hi, dt), T.lit(rng, dt)
+
+    def fold(dx, even, odd):
+        k = f"floor(({dx}) / {R})"
+        r = f"(({dx}) - {k} * {R})"
+        return f"select({k} - 2.0 * floor({k} / 2.0) < 0.5, {even(r)}, {odd(r)})"
+    below = fold(f"{L} - {v}", lambda r: f"{L} + {r}", lambda r: f"{H} - {r}")
+    above = fold(f"{v} - {H}", lambda r: f"{H} - {r}", lambda r: f"{L} + {r}")
+    return f"select({v} < {L}, {below}, select({v} > {H}, {above}, {v}))"
+
+
+@converter("GridSample", attrs=("align_corners", "mode", "padding_mode"))
+def grid_sample(cv, node, a):
+    x = _float_input(cv, node.input[0], "GridSample")
+    g = cv.tensor(node.input[1])
+    if g.dtype != x.dtype:
+        raise cv.error(f"a grid of {g.dtype} for an input of {x.dtype}")
+    sp = len(x.shape) - 2
+    if sp < 1 or len(g.shape) != sp + 2 or g.shape[0] != x.shape[0] or g.shape[-1] != sp:
+        raise cv.error(f"an input {list(x.shape)} with a grid {list(g.shape)} "
+                       f"(expected [N, out..., {sp}])")
+    mode = {"bilinear": "linear", "bicubic": "cubic"}.get(_text(a.get("mode", b"bilinear")),
+                                                          _text(a.get("mode", b"bilinear")))
+    if mode not in ("linear", "nearest", "cubic"):
+        raise cv.error(f"mode {mode!r}")
+    pmode = _text(a.get("padding_mode", b"zeros"))
+    if pmode not in ("zeros", "border", "reflection"):
+        raise cv.error(f"padding_mode {pmode!r}")
+    align = bool(a.get("align_corners", 0))
+    dt = x.dtype
+    n, c = x.shape[:2]
+    osp = list(g.shape[1:-1])
+    shape = (n, c, *osp)
+    oi = T.idx(sp, "o")
+    at = f"[n, {', '.join(oi)}]"
+    taps = {"nearest": 1, "linear": 2, "cubic": 4}[mode]
+    off = {"nearest": 0, "linear": 0, "cubic": 1}[mode]
+    lines = []
+    ty_o = T.ty([n, *osp], dt)
+    ty_t = [n, *osp, taps]
+    for d in range(sp):
+        dim = x.shape[2 + d]
+        lo, hi = (0.0, dim - 1.0) if align else (-0.5, dim - 0.5)
+        gv = f"G[n, {', '.join(oi)}, {sp - 1 - d}]"
+        den = (f"({gv} + 1.0) / 2.0 * {T.lit(dim - 1.0, dt)}" if align else
+               f"(({gv} + 1.0) * {T.lit(float(dim), dt)} - 1.0) / 2.0")
+        if mode == "nearest":
+            den = f"round({den})"
+        lines += [f"    D{d}: {ty_o}", f"    D{d}{at} = {den}"]
+        v = f"D{d}{at}"
+        if pmode == "border":
+            crd = (f"select({v} < {T.lit(lo, dt)} or {v} > {T.lit(hi, dt)}, "
+                   f"min(max({v}, 0.0), {T.lit(dim - 1.0, dt)}), {v})")
+        elif pmode == "reflection":
+            crd = _reflect(v, lo, hi, dt)
+        else:
+            crd = v
+        lines += [f"    Q{d}: {ty_o}", f"    Q{d}{at} = {crd}"]
+        q = f"Q{d}{at}"
+        tat = f"[n, {', '.join(oi)}, t]"
+        if mode == "nearest":
+            pos = q
+        else:
+            pos = f"floor({q}) + {dt}(t)" + (f" - {off}.0" if off else "")
+        lines += [f"    R{d}: {T.ty(ty_t, dt)}", f"    R{d}{tat} = {pos}"]
+        rv = f"R{d}{tat}"
+        src = _reflect(rv, lo, hi, dt) if pmode == "reflection" else rv
+        lines += [f"    I{d}: {T.ty(ty_t, 'i64')}",
+                  f"    I{d}{tat} = min(max(i64({src}), 0), {dim - 1})"]
+        fr = f"({q} - floor({q}))"
+        if mode == "nearest":
+            wgt = "1.0"
+        elif mode == "linear":
+            wgt = f"select(t == 0, 1.0 - {fr}, {fr})"
+        else:
+            A = -0.75
+            x1, x2, x3 = f"({fr} + 1.0)", f"(1.0 - {fr})", f"(2.0 - {fr})"
+            c0 = f"(({A} * {x1} - {5 * A}) * {x1} + {8 * A}) * {x1} - {4 * A}"
+            c1 = f"(({A + 2} * {fr} - {A + 3}) * {fr} * {fr} + 1.0)"
+            c2 = f"(({A + 2} * {x2} - {A + 3}) * {x2} * {x2} + 1.0)"
+            c3 = f"(({A} * {x3} - {5 * A}) * {x3} + {8 * A}) * {x3} - {4 * A}"
+            wgt = (f"select(t == 0, {c0}, select(t == 1, {c1}, "
+                   f"select(t == 2, {c2}, {c3})))").replace("(-", "(0.0 - ")
+        if pmode == "zeros":
+            wgt = (f"select({rv} >= 0.0 and {rv} <= {T.lit(dim - 1.0, dt)}, {wgt}, 0.0)")
+        lines += [f"    W{d}: {T.ty(ty_t, dt)}", f"    W{d}{tat} = {wgt}"]
+    ti = T.idx(sp, "t")
+    subs = [f"I{d}[n, {', '.join(oi)}, {ti[d]}]" for d in range(sp)]
+    ws = " * ".join(f"W{d}[n, {', '.join(oi)}, {ti[d]}]" for d in range(sp))
+    red = ", ".join(f"{t}: {taps}" for t in ti)
+    lines.append(f"    Y[n, c, {', '.join(oi)}] = sum[{red}](X[n, c, {', '.join(subs)}] * {ws})")
+    text = (f"op {{name}}(X: {x.type}, G: {g.type}) -> Y: {T.ty(shape, dt)} {{\n"
+            + "\n".join(lines) + "\n}\n")
+    cv.call(node.output[0], cv.op("gridsample", text), [x, g], shape, dtype=dt)
