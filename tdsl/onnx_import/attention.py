@@ -1,4 +1,335 @@
-"""Converters of the attention: the Attention operator, RotaryEmbedding, and the exporters' attention subgraph."""
+"""Converters of the attention: the Attention operator (opset 23+) and RotaryEmbedding, each
+one op of stages written for its node's shapes.
+
+Attention follows onnx.reference's op_attention: 3-D inputs ``[B, S, heads * D]`` are read
+as ``[B, heads, S, D]`` through their subscripts (no reshape, no transpose); the KV cache is
+``concat(past, new)`` on the sequence axis; GQA reads kv head ``h // (Hq / Hkv)``; the
+additive bias is the mask (bool: attend or -inf; float: added; padded past its length with
+-inf), the causal and sliding-window frontiers (offset by the past length, or by
+``nonpad_kv_seqlen[b] - Sq``) and the padding of ``nonpad_kv_seqlen``; the softmax subtracts
+the row maximum, and a row whose bias is all -inf gives zeros.
+"""
 from __future__ import annotations
 
-from .registry import converter  # noqa: F401
+import numpy as np
+
+from . import templates as T
+from .convert import Tensor
+from .registry import converter, opt as _opt
+
+NEG = "-inf"
+
+
+def _call_multi(cv, outs, func: str, args) -> None:
+    """``o1, o2 = func(args)`` in the graph body; ``outs`` are (ONNX name, shape, dtype).
+    (`Converter.call` names one output; this is the same for several.)"""
+    ts = [Tensor(cv.fresh(o), shape, dtype) for o, shape, dtype in outs]
+    cv.lines.append(f"    {', '.join(t.name for t in ts)} = "
+                    f"{func}({', '.join(a.name for a in args)})")
+    for (o, _, _), t in zip(outs, ts):
+        cv.tensors[o] = t
+
+
+def _float_dtype(cv, t: Tensor, what: str) -> str:
+    if t.dtype not in ("f32", "f64"):
+        raise cv.error(f"{what} is {t.dtype}; Attention is supported on f32 and f64")
+    return t.dtype
+
+
+_PRECISION = {1: "f32", 11: "f64"}
+
+
+@converter("Attention", attrs=("is_causal", "kv_num_heads", "q_num_heads",
+                               "qk_matmul_output_mode", "scale", "softcap",
+                               "softmax_precision", "left_window_size", "right_window_size"))
+def attention(cv, node, a):
+    q_t, k_t, v_t = (cv.tensor(n) for n in node.input[:3])
+    dt = _float_dtype(cv, q_t, "Q")
+    for t, w in ((k_t, "K"), (v_t, "V")):
+        if t.dtype != dt:
+            raise cv.error(f"{w} is {t.dtype} and Q {dt} (they must agree)")
+    rank = len(q_t.shape)
+    if rank not in (3, 4) or len(k_t.shape) != rank or len(v_t.shape) != rank:
+        raise cv.error(f"Q, K, V of ranks {len(q_t.shape)}, {len(k_t.shape)}, "
+                       f"{len(v_t.shape)} (they must all be 3-D or all 4-D)")
+    if rank == 3:
+        if "q_num_heads" not in a or "kv_num_heads" not in a:
+            raise cv.error("3-D inputs need the q_num_heads and kv_num_heads attributes")
+        hq, hkv = int(a["q_num_heads"]), int(a["kv_num_heads"])
+        if hq <= 0 or hkv <= 0 or q_t.shape[2] % hq or k_t.shape[2] % hkv or \
+                v_t.shape[2] % hkv:
+            raise cv.error(f"hidden sizes {q_t.shape[2]}, {k_t.shape[2]}, {v_t.shape[2]} "
+                           f"don't divide into {hq} and {hkv} heads")
+        bsz, sq, d = q_t.shape[0], q_t.shape[1], q_t.shape[2] // hq
+        skv, dk, dv = k_t.shape[1], k_t.shape[2] // hkv, v_t.shape[2] // hkv
+    else:
+        bsz, hq, sq, d = q_t.shape
+        _, hkv, skv, dk = k_t.shape
+        dv = v_t.shape[3]
+    if dk != d or k_t.shape[0] != bsz or v_t.shape[0] != bsz or \
+            (v_t.shape[1] if rank == 3 else v_t.shape[2]) != skv or \
+            (rank == 4 and v_t.shape[1] != hkv):
+        raise cv.error(f"Q {list(q_t.shape)}, K {list(k_t.shape)}, V {list(v_t.shape)} "
+                       f"don't fit one attention")
+    if hq % hkv:
+        raise cv.error(f"{hq} query heads can't share {hkv} kv heads")
+    rep = hq // hkv
+
+    mask_n, pk_n, pv_n, np_n = (_opt(node, k) for k in (3, 4, 5, 6))
+    if (pk_n is None) != (pv_n is None):
+        raise cv.error("past_key and past_value must be given together")
+    if np_n and pk_n:
+        raise cv.error("nonpad_kv_seqlen with past_key/past_value")
+    outs = list(node.output) + [""] * (4 - len(node.output))
+    want_pk, want_pv, want_qk = bool(outs[1]), bool(outs[2]), bool(outs[3])
+    mode = int(a.get("qk_matmul_output_mode", 0))
+    if mode not in (0, 1, 2, 3):
+        raise cv.error(f"qk_matmul_output_mode {mode}")
+    sd = dt
+    if a.get("softmax_precision") is not None:
+        p = int(a["softmax_precision"])
+        if p not in _PRECISION:
+            raise cv.error(f"softmax_precision {p} (float and double are supported)")
+        sd = _PRECISION[p]
+    is_causal = bool(a.get("is_causal", 0))
+    left, right = int(a.get("left_window_size", -1)), int(a.get("right_window_size", -1))
+    softcap = a.get("softcap")
+    softcap = float(softcap) if softcap is not None and float(softcap) > 0 else None
+    scale = a.get("scale")
+    scale = 1 / np.sqrt(d) if scale is None else float(scale)
+    s = float(np.asarray(np.sqrt(scale), dtype=np.float32 if dt == "f32" else np.float64))
+    scale_lit = T.lit(s * s, dt)
+
+    params = [f"Q: {q_t.type}", f"K: {k_t.type}", f"V: {v_t.type}"]
+    args = [q_t, k_t, v_t]
+    past = 0
+    mask = None
+    if mask_n:
+        mask = cv.tensor(mask_n)
+        if mask.dtype not in ("bool", dt):
+            raise cv.error(f"attn_mask is {mask.dtype}; it must be bool or {dt} as Q")
+        if not 1 <= len(mask.shape) <= 4:
+            raise cv.error(f"attn_mask of rank {len(mask.shape)}")
+        params.append(f"M: {mask.type}")
+        args.append(mask)
+    if pk_n:
+        pk_t, pv_t = cv.tensor(pk_n), cv.tensor(pv_n)
+        if pk_t.dtype != dt or pv_t.dtype != dt or len(pk_t.shape) != 4 or \
+                len(pv_t.shape) != 4 or pk_t.shape[:2] != (bsz, hkv) or \
+                pv_t.shape[:2] != (bsz, hkv) or pk_t.shape[3] != dk or \
+                pv_t.shape[3] != dv or pk_t.shape[2] != pv_t.shape[2]:
+            raise cv.error(f"past_key {list(pk_t.shape)} / past_value {list(pv_t.shape)} "
+                           f"don't fit K and V")
+        past = pk_t.shape[2]
+        params += [f"PK: {pk_t.type}", f"PV: {pv_t.type}"]
+        args += [pk_t, pv_t]
+    if np_n:
+        np_t = cv.tensor(np_n)
+        if np_t.dtype not in ("i64", "i32") or np_t.shape != (bsz,):
+            raise cv.error(f"nonpad_kv_seqlen of {np_t.type} (it must be i64[{bsz}])")
+        params.append(f"NP: {np_t.type}")
+        args.append(np_t)
+    L = past + skv
+
+    # the op's outputs, and its stages
+    results = [("Y", (bsz, sq, hq * dv) if rank == 3 else (bsz, hq, sq, dv), dt, outs[0])]
+    stages = []
+
+    def new(name, b, h, s_, x, hd):         # K or V of the node, as [B, H, S, D]
+        return f"{name}[{b}, {s_}, {h} * {hd} + {x}]" if rank == 3 else \
+            f"{name}[{b}, {h}, {s_}, {x}]"
+
+    def cache(out_name, src, past_name, hd, want, onnx_out):
+        if not (past or want):
+            return lambda b, h, l_, x: new(src, b, h, l_, x, hd)
+        shape = (bsz, hkv, L, hd)
+        body = new(src, "b", "h", "l" if not past else f"l - {past}", "x", hd)
+        if past:
+            body = f"select(l < {past}, {past_name}[b, h, l, x], {body})"
+        if want:
+            results.append((out_name, shape, dt, onnx_out))
+        else:
+            stages.append(f"    {out_name}: {T.ty(shape, dt)}")
+        stages.append(f"    {out_name}[b, h, l, x] = {body}")
+        return lambda b, h, l_, x: f"{out_name}[{b}, {h}, {l_}, {x}]"
+
+    kread = cache("PKo", "K", "PK", dk, want_pk, outs[1])
+    vread = cache("PVo", "V", "PV", dv, want_pv, outs[2])
+
+    # the additive bias: which of b, h, q it depends on, and its value at [b, h, q, l]
+    m4 = (1,) * (4 - len(mask.shape)) + tuple(mask.shape) if mask is not None else None
+    if m4 is not None:
+        if m4[-1] > L or m4[0] not in (1, bsz) or m4[1] not in (1, hq) or \
+                m4[2] not in (1, sq):
+            raise cv.error(f"attn_mask {list(mask.shape)} doesn't broadcast to "
+                           f"[{bsz}, {hq}, {sq}, {L}]")
+    window = left >= 0 or right >= 0
+    offset = str(past) if not np_n else f"i64(NP[b]) - {sq}"
+    conds, float_terms = [], []
+    dep = [False, False, False]
+    if m4 is not None:
+        dep = [m4[0] > 1, m4[1] > 1, m4[2] > 1]
+        subs = ["0" if n == 1 else v for n, v in zip(m4[:3], "bhq")][4 - len(mask.shape):]
+        load = T.at("M", subs + ["l"])
+        inside = f"l < {m4[-1]}" if m4[-1] < L else None
+        if mask.dtype == "bool":
+            conds.append(load if inside is None else f"({inside} and {load})")
+        else:
+            float_terms.append(load if inside is None else f"select({inside}, {load}, {NEG})")
+    if is_causal:
+        conds.append(f"l <= q + {offset}" if offset != "0" else "l <= q")
+        dep[2] = True
+        dep[0] = dep[0] or bool(np_n)
+    if window:
+        pos = f"(q + {offset})" if offset != "0" else "q"
+        if left >= 0:
+            conds.append(f"{pos} - l <= {left}")
+        if right >= 0:
+            conds.append(f"l - {pos} <= {right}")
+        dep[2] = True
+        dep[0] = dep[0] or bool(np_n)
+    if np_n:
+        conds.append("l < i64(NP[b])")
+        dep[0] = True
+    has_bias = bool(conds or float_terms)
+    bias_at = "0.0"
+    if has_bias:
+        terms = list(float_terms)
+        if conds:
+            terms.append(f"select({' and '.join(conds)}, 0.0, {NEG})")
+        bshape = [bsz if dep[0] else 1, hq if dep[1] else 1, sq if dep[2] else 1, L]
+        stages.append(f"    Bs: {T.ty(bshape, dt)}")
+        stages.append(f"    Bs[b, h, q, l] = {' + '.join(terms)}")
+        bsub = ["b" if dep[0] else "0", "h" if dep[1] else "0", "q" if dep[2] else "0"]
+        bias_at = f"Bs[{', '.join(bsub)}, l]"
+        stages.append(f"    RM: {T.ty(bshape[:3], dt)}")
+        stages.append(f"    RM[b, h, q] = max[l: {L}](Bs[b, h, q, l])")
+        masked_row = f"RM[{', '.join(bsub)}] == {NEG}"
+
+    # scores: Q K^T scaled (and soft-capped), then the bias added
+    qk_shape = (bsz, hq, sq, L)
+    kh = "h" if rep == 1 else f"h // {rep}"
+    dot = f"sum[x: {d}]({new('Q', 'b', 'h', 'q', 'x', d)} * {kread('b', kh, 'l', 'x')})"
+    score = f"{dot} * {scale_lit}"
+    if softcap is not None:
+        c = T.lit(softcap, dt)
+        score = f"{c} * tanh({dot} * {T.lit(s * s / softcap, dt)})"
+    qk_out = want_qk and mode in (0, 1)
+    qk_bias_out = want_qk and mode == 2
+    if qk_out:
+        results.append(("QK", qk_shape, dt, outs[3]))
+    else:
+        stages.append(f"    QK: {T.ty(qk_shape, dt)}")
+    stages.append(f"    QK[b, h, q, l] = {score}")
+    logit = "QK[b, h, q, l]" + (f" + {bias_at}" if has_bias else "")
+    if qk_bias_out:
+        results.append(("QB", qk_shape, dt, outs[3]))
+        stages.append(f"    QB[b, h, q, l] = {logit}")
+        logit = "QB[b, h, q, l]"
+    if sd != dt:
+        logit = f"{sd}({logit})"
+    stages.append(f"    Lg: {T.ty(qk_shape, sd)}")
+    stages.append(f"    Lg[b, h, q, l] = {logit}")
+    # softmax: the row maximum subtracted (0 for a row of -inf), an empty sum read as 1
+    stages.append(f"    Mx: {T.ty(qk_shape[:3], sd)}")
+    stages.append(f"    Mx[b, h, q] = max[l: {L}](Lg[b, h, q, l])")
+    stages.append(f"    E: {T.ty(qk_shape, sd)}")
+    stages.append(f"    E[b, h, q, l] = exp(Lg[b, h, q, l] - select(Mx[b, h, q] == {NEG}, "
+                  f"0.0, Mx[b, h, q]))")
+    stages.append(f"    Sm: {T.ty(qk_shape[:3], sd)}")
+    stages.append(f"    Sm[b, h, q] = sum[l: {L}](E[b, h, q, l])")
+    prob = "E[b, h, q, l] / select(Sm[b, h, q] == 0.0, 1.0, Sm[b, h, q])"
+    if has_bias:
+        prob = f"select({masked_row}, 0.0, {prob})"
+    if sd != dt:
+        prob = f"{dt}({prob})"
+    if want_qk and mode == 3:
+        results.append(("P", qk_shape, dt, outs[3]))
+    else:
+        stages.append(f"    P: {T.ty(qk_shape, dt)}")
+    stages.append(f"    P[b, h, q, l] = {prob}")
+    if rank == 3:
+        hh = f"c // {dv}"
+        vh = hh if rep == 1 else f"c // {dv * rep}"
+        stages.append(f"    Y[b, q, c] = sum[l: {L}](P[b, {hh}, q, l] * "
+                      f"{vread('b', vh, 'l', f'c % {dv}')})")
+    else:
+        stages.append(f"    Y[b, h, q, x] = sum[l: {L}](P[b, h, q, l] * "
+                      f"{vread('b', kh, 'l', 'x')})")
+    rs = [r for r in results if r[3]]
+    head = (f"op {{name}}({', '.join(params)}) -> "
+            f"({', '.join(f'{n}: {T.ty(shape, t)}' for n, shape, t, _ in rs)}) {{\n")
+    text = head + "\n".join(stages) + "\n}\n"
+    _call_multi(cv, [(o, shape, t) for _, shape, t, o in rs], cv.op("attention", text),
+                args)
+
+
+@converter("RotaryEmbedding", attrs=("interleaved", "rotary_embedding_dim", "num_heads"))
+def rotary_embedding(cv, node, a):
+    x = cv.tensor(node.input[0])
+    cos, sin = cv.tensor(node.input[1]), cv.tensor(node.input[2])
+    pos_n = _opt(node, 3)
+    dt = x.dtype
+    if dt not in ("f32", "f64") or cos.dtype != dt or sin.dtype != dt:
+        raise cv.error(f"input {dt}, caches {cos.dtype}/{sin.dtype}: RotaryEmbedding is "
+                       f"supported on f32 and f64, all alike")
+    if len(x.shape) == 4:
+        bsz, heads, seq, hd = x.shape
+        at = lambda b, s_, h, dd: f"X[{b}, {h}, {s_}, {dd}]"   # noqa: E731
+        lhs = "Y[b, h, s, d]"
+    elif len(x.shape) == 3:
+        heads = int(a.get("num_heads", 0))
+        bsz, seq, hidden = x.shape
+        if heads <= 0 or hidden % heads:
+            raise cv.error(f"a 3-D input needs num_heads dividing its hidden size {hidden}")
+        hd = hidden // heads
+        at = lhs = None
+    else:
+        raise cv.error(f"an input of rank {len(x.shape)} (3-D or 4-D)")
+    rd = int(a.get("rotary_embedding_dim", 0)) or hd
+    if rd % 2 or rd > hd:
+        raise cv.error(f"rotary_embedding_dim {rd} for heads of size {hd}")
+    half = rd // 2
+    params = [f"X: {x.type}", f"C: {cos.type}", f"S: {sin.type}"]
+    args = [x, cos, sin]
+    if pos_n:
+        p = cv.tensor(pos_n)
+        if p.dtype not in ("i64", "i32") or p.shape != (bsz, seq) or len(cos.shape) != 2 \
+                or cos.shape != sin.shape or cos.shape[1] != half:
+            raise cv.error(f"position_ids {p.type} with caches {cos.type}/{sin.type} (it "
+                           f"must be [{bsz}, {seq}] with caches [positions, {half}])")
+        params.append(f"I: {p.type}")
+        args.append(p)
+        row = "I[b, s]"
+        cs = lambda t, k: f"{t}[{row}, {k}]"    # noqa: E731
+    else:
+        if cos.shape != (bsz, seq, half) or sin.shape != cos.shape:
+            raise cv.error(f"caches {cos.type}/{sin.type} without position_ids (they must "
+                           f"be [{bsz}, {seq}, {half}])")
+        cs = lambda t, k: f"{t}[b, s, {k}]"     # noqa: E731
+    il = a.get("interleaved", 0)
+    if lhs:
+        stage = f"    {lhs} = " + _rot_body(at, cs, half, rd, hd, il, "d")
+    else:                   # 3-D: [B, S, heads * hd], the column c is head * hd + d
+        at3 = lambda b, s_, h, dd: f"X[{b}, {s_}, c // {hd} * {hd} + {dd}]"   # noqa: E731
+        stage = "    Y[b, s, c] = " + _rot_body(at3, cs, half, rd, hd, il, f"(c % {hd})")
+    text = (f"op {{name}}({', '.join(params)}) -> Y: {x.type} {{\n{stage}\n}}\n")
+    cv.call(node.output[0], cv.op("rotary", text), args, x.shape, dtype=dt)
+
+
+def _rot_body(at, cs, half, rd, hd, interleaved, d):
+    """The rotated element ``d`` of a head (``at`` reads the head's element): its pair in
+    the halves (or the interleaved pairs) turned by the cache's angle ``k``; elements past
+    ``rd`` unchanged. Subscripts stay in bounds for every ``d`` (% rather than a select,
+    since reads are bounded over both sides of one)."""
+    if interleaved:
+        k = f"{d} // 2" if rd == hd else f"{d} // 2 % {half}"
+        x1, x2 = at("b", "s", "h", f"{k} * 2"), at("b", "s", "h", f"{k} * 2 + 1")
+        first = f"{d} % 2 == 0"
+    else:
+        k = f"{d} % {half}"
+        x1, x2 = at("b", "s", "h", k), at("b", "s", "h", f"{k} + {half}")
+        first = f"{d} % {rd} < {half}"
+    c, s_ = cs("C", k), cs("S", k)
+    rot = f"select({first}, {c} * {x1} - {s_} * {x2}, {s_} * {x1} + {c} * {x2})"
+    return rot if rd == hd else f"select({d} < {rd}, {rot}, {at('b', 's', 'h', d)})"
