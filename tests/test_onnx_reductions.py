@@ -159,3 +159,31 @@ def test_refusals_are_tdsl_errors():
     with pytest.raises(TdslError, match="k = 4"):
         convert_model(_model("TopK", x, 11, outputs=2, consts={"k": np.array([4], np.int64)}),
                       "net")
+
+
+def test_static_reductions_are_computed_at_import():
+    # Reshape(x, ReduceProd(Shape(x))): the shape arithmetic of exported models
+    nodes = [helper.make_node("Shape", ["x"], ["s"]),
+             helper.make_node("ReduceProd", ["s"], ["n"], keepdims=1),
+             helper.make_node("Reshape", ["x", "n"], ["y0"])]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, X3.shape)],
+        [helper.make_tensor_value_info("y0", TensorProto.FLOAT, None)])
+    _check(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), X3)
+    from tdsl.onnx_import.reductions import _reduce_static
+    v = rng.standard_normal((3, 4)).astype(np.float32)
+    for op, kind in (("ReduceL2", "l2"), ("ReduceLogSumExp", "logsumexp"),
+                     ("ReduceMean", "mean"), ("ReduceMin", "min")):
+        m = _model(op, v, 18, consts={"axes": np.array([1], np.int64)}, keepdims=0)
+        want = ReferenceEvaluator(m).run(None, {"x": v})[0]
+        got = _reduce_static(v, [1], False, kind)
+        assert got.dtype == want.dtype
+        np.testing.assert_allclose(got, want, rtol=1e-5)
+
+
+def test_trailing_f32_reductions_call_std():
+    text = _check(_model("ReduceMean", X3, 13, axes=[-1], keepdims=1), X3)
+    assert "= reduce_mean(" in text
+    x = X3.reshape(12, 5)
+    text = _check(_model("ReduceMax", x, 13, axes=[1], keepdims=0), x)
+    assert "y0 = reduce_max(x)" in text

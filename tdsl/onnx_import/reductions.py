@@ -134,12 +134,53 @@ def _reduce_axes(cv, node, a, rank):
     return sorted(set(out))
 
 
+def _reduce_static(v: np.ndarray, axes, keepdims: bool, kind: str) -> np.ndarray:
+    """The reduction of a value known now (shape arithmetic: ReduceProd of a Shape), as
+    ONNX's reference computes it, in ``v``'s dtype."""
+    ax = tuple(axes)
+    with np.errstate(all="ignore"):
+        if kind in ("max", "min"):
+            if v.size == 0 or v.dtype == np.bool_:
+                f = np.logical_or if kind == "max" else np.logical_and
+                if v.dtype != np.bool_:
+                    f = np.maximum if kind == "max" else np.minimum
+                    info = np.iinfo(v.dtype) if v.dtype.kind in "iu" else None
+                    init = (info.min if kind == "max" else info.max) if info else \
+                        (-np.inf if kind == "max" else np.inf)
+                else:
+                    init = kind == "min"
+                return f.reduce(v, axis=ax, keepdims=keepdims, initial=init).astype(v.dtype)
+            f = np.maximum if kind == "max" else np.minimum
+            return f.reduce(v, axis=ax, keepdims=keepdims)
+        if kind == "logsumexp":
+            m = np.where(np.isinf(v), -np.inf, v).max(axis=ax, keepdims=True, initial=-np.inf)
+            r = np.log(np.sum(np.exp(v - m), axis=ax, keepdims=True)) + m
+            return (r if keepdims else np.squeeze(r, axis=ax)).astype(v.dtype)
+        body = {"sumsquare": v * v, "l1": np.abs(v), "l2": v.astype(np.float64) ** 2}.get(
+            kind, v)
+        r = (np.prod(body, axis=ax, keepdims=keepdims, dtype=v.dtype) if kind == "prod" else
+             np.sum(body, axis=ax, keepdims=keepdims,
+                    dtype=np.float64 if kind in ("l2", "mean", "logsum") else v.dtype))
+        if kind == "mean":
+            r = r / int(np.prod([v.shape[k] for k in ax])) if ax else r
+        elif kind == "l2":
+            r = np.sqrt(r)
+        elif kind == "logsum":
+            r = np.log(r)
+        return np.asarray(r).astype(v.dtype)
+
+
 @converter(*_REDUCE_KIND, attrs=("axes", "keepdims", "noop_with_empty_axes"))
 def reduce(cv, node, a):
     kind = _REDUCE_KIND[node.op_type]
-    x = cv.tensor(node.input[0])
-    rank = len(x.shape)
+    rank = len(cv.shape(node.input[0]))
     axes = _reduce_axes(cv, node, a, rank)
+    if cv.is_static(node.input[0]):
+        cv.static[node.output[0]] = _reduce_static(
+            cv.static[node.input[0]], axes if axes is not None else [],
+            bool(a.get("keepdims", 1)), kind)
+        return
+    x = cv.tensor(node.input[0])
     if x.dtype == "bool" and kind not in ("max", "min"):
         raise cv.error(f"{node.op_type} of a bool tensor")
     if x.dtype not in _FLOAT and kind == "logsumexp":
@@ -151,9 +192,23 @@ def reduce(cv, node, a):
         if kind in ("sum", "mean", "max", "min", "prod"):
             cv.alias(node.output[0], node.input[0])
             return
-    text = reduce_text(list(x.shape), x.dtype, axes, keepdims, kind)
     shape = tuple(1 if k in axes else n for k, n in enumerate(x.shape) if keepdims or
                   k not in axes)
+    lead = axes[0] if axes else 0
+    if x.dtype == "f32" and kind in ("sum", "max", "mean") and lead >= 1 and \
+            axes == list(range(lead, rank)) and all(x.shape):
+        # trailing axes of an f32 tensor: std's reduce_sum/max/mean over the rows of its
+        # 2-D view (reshapes are views of the same row-major elements)
+        rows = (int(np.prod(x.shape[:lead])), int(np.prod(x.shape[lead:])))
+        mid = node.output[0] + "#rows"
+        cv.reshape(mid, node.input[0], rows)
+        if shape == rows[:1]:
+            cv.call(node.output[0], f"reduce_{kind}", [cv.tensor(mid)], shape)
+            return
+        cv.call(mid + "#red", f"reduce_{kind}", [cv.tensor(mid)], rows[:1])
+        cv.reshape(node.output[0], mid + "#red", shape)
+        return
+    text = reduce_text(list(x.shape), x.dtype, axes, keepdims, kind)
     cv.call(node.output[0], cv.op(f"reduce_{kind}", text), [x], shape, dtype=x.dtype)
 
 
