@@ -857,3 +857,97 @@ def grid_sample(cv, node, a):
     text = (f"op {{name}}(X: {x.type}, G: {g.type}) -> Y: {T.ty(shape, dt)} {{\n"
             + "\n".join(lines) + "\n}\n")
     cv.call(node.output[0], cv.op("gridsample", text), [x, g], shape, dtype=dt)
+
+
+# ---------------------------------------------------------------------------- DeformConv
+
+@converter("DeformConv", attrs=("dilations", "group", "kernel_shape", "offset_group", "pads",
+                                "strides"))
+def deform_conv(cv, node, a):
+    """A convolution whose every kernel tap reads the input at its position plus a learnt
+    offset, bilinearly (zeros outside), times an optional mask: the samples are a stage
+    S[n, c, k..., o...] (im2col's shape), then the sum over channels and taps."""
+    x = _float_input(cv, node.input[0], "DeformConv")
+    w, off = cv.tensor(node.input[1]), cv.tensor(node.input[2])
+    dt = x.dtype
+    sp = len(x.shape) - 2
+    if sp < 1 or len(w.shape) != sp + 2 or len(off.shape) != sp + 2:
+        raise cv.error(f"an input {list(x.shape)}, weights {list(w.shape)} and offsets "
+                       f"{list(off.shape)} of different ranks")
+    if w.dtype != dt or off.dtype != dt:
+        raise cv.error("weights or offsets of a dtype other than the input's")
+    n, c = x.shape[:2]
+    f, cg = w.shape[:2]
+    group = int(a.get("group", 1))
+    ogr = int(a.get("offset_group", 1))
+    kernel = list(w.shape[2:])
+    kprod = int(np.prod(kernel))
+    if group < 1 or c != cg * group or f % group or c % ogr or \
+            off.shape[1] != ogr * kprod * sp or off.shape[0] != n:
+        raise cv.error(f"inconsistent shapes: input {list(x.shape)}, weights "
+                       f"{list(w.shape)}, offsets {list(off.shape)}, group {group}, "
+                       f"offset_group {ogr}")
+    strides = _ints(cv, a, "strides", sp, 1)
+    dil = _ints(cv, a, "dilations", sp, 1)
+    pads = _ints(cv, a, "pads", 2 * sp, 0)
+    out_sp = list(off.shape[2:])
+    for d in range(sp):
+        o = (x.shape[2 + d] + pads[d] + pads[sp + d] - dil[d] * (kernel[d] - 1) - 1) \
+            // strides[d] + 1
+        if o != out_sp[d]:
+            raise cv.error(f"offsets of spatial shape {out_sp}, but the convolution's "
+                           f"output is {o} along axis {d}")
+    shape = (n, f, *out_sp)
+    oi, ki, ti = T.idx(sp, "o"), T.idx(sp, "k"), T.idx(sp, "t")
+    cpo = c // ogr
+    og = f"c // {cpo}" if ogr > 1 else "0"
+    kst = np.cumprod([1] + kernel[::-1])[:-1][::-1]
+    klin = " + ".join(f"{k} * {int(s)}" if s != 1 else k for k, s in zip(ki, kst))
+    tap = f"({og}) * {kprod} + {klin}" if ogr > 1 else klin
+    params = [f"X: {x.type}", f"W: {w.type}", f"Off: {off.type}"]
+    args = [x, w, off]
+    lines = []
+    pat = f"[n, c, {', '.join(ki)}, {', '.join(oi)}]"
+    pty = T.ty([n, c, *kernel, *out_sp], dt)
+    conds, subs, wts = [], [], []
+    for d in range(sp):
+        base = _affine(oi[d], strides[d], ki[d], dil[d], pads[d])
+        lines += [f"    P{d}: {pty}",
+                  f"    P{d}{pat} = {dt}({base}) + Off[n, ({tap}) * {sp} + {d}, "
+                  f"{', '.join(oi)}]"]
+        p = f"P{d}{pat}"
+        idx = f"i64(floor({p})) + {ti[d]}"
+        conds += [f"{idx} >= 0", f"{idx} < {x.shape[2 + d]}"]
+        subs.append(idx)
+        fr = f"({p} - floor({p}))"
+        wts.append(f"select({ti[d]} == 0, 1.0 - {fr}, {fr})")
+    red = ", ".join(f"{t}: 2" for t in ti)
+    load = f"X[n, c, {', '.join(subs)}] * {' * '.join(wts)}"
+    lines += [f"    S: {pty}",
+              f"    S{pat} = sum[{red}](select({' and '.join(conds)}, {load}, 0.0))"]
+    fg = f // group
+    gi = "f" if fg == 1 else f"f // {fg}"
+    chan = "c" if group == 1 else f"{gi} + c" if cg == 1 else f"{gi} * {cg} + c"
+    term = f"S[n, {chan}, {', '.join(ki)}, {', '.join(oi)}] * W[f, c, {', '.join(ki)}]"
+    tail = ""
+    if _opt(node, 3):
+        b = cv.tensor(node.input[3])
+        if b.shape != (f,) or b.dtype != dt:
+            raise cv.error(f"a bias of {b.type}, expected {T.ty([f], dt)}")
+        params.append(f"B: {b.type}")
+        args.append(b)
+        tail = " + B[f]"
+    if _opt(node, 4):
+        m = cv.tensor(node.input[4])
+        if m.shape != (n, ogr * kprod, *out_sp) or m.dtype != dt:
+            raise cv.error(f"a mask of {m.type}, expected "
+                           f"{T.ty([n, ogr * kprod, *out_sp], dt)}")
+        params.append(f"M: {m.type}")
+        args.append(m)
+        mtap = tap.replace("c // ", f"({chan}) // ") if ogr > 1 else klin
+        term += f" * M[n, {mtap}, {', '.join(oi)}]"
+    red = ", ".join([f"c: {cg}"] + [f"{k}: {m}" for k, m in zip(ki, kernel)])
+    lines.append(f"    Y[n, f, {', '.join(oi)}] = sum[{red}]({term}){tail}")
+    text = (f"op {{name}}({', '.join(params)}) -> Y: {T.ty(shape, dt)} {{\n"
+            + "\n".join(lines) + "\n}\n")
+    cv.call(node.output[0], cv.op("deformconv", text), args, shape, dtype=dt)
