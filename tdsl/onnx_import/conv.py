@@ -951,3 +951,70 @@ def deform_conv(cv, node, a):
     text = (f"op {{name}}({', '.join(params)}) -> Y: {T.ty(shape, dt)} {{\n"
             + "\n".join(lines) + "\n}\n")
     cv.call(node.output[0], cv.op("deformconv", text), args, shape, dtype=dt)
+
+
+# ---------------------------------------------------------------------------- RoiAlign
+
+@converter("RoiAlign", attrs=("coordinate_transformation_mode", "mode", "output_height",
+                              "output_width", "sampling_ratio", "spatial_scale"))
+def roi_align(cv, node, a):
+    """Each roi's bins sampled on a fixed sampling_ratio x sampling_ratio grid, bilinearly
+    (ONNX's reference: samples past the image by more than one pixel weigh 0, the last row
+    and column are clamped), averaged or maxed; the per-axis sample rows, columns and
+    weights are stages of the roi."""
+    x = _float_input(cv, node.input[0], "RoiAlign")
+    rois, bi = cv.tensor(node.input[1]), cv.tensor(node.input[2])
+    dt = x.dtype
+    if len(x.shape) != 4 or len(rois.shape) != 2 or rois.shape[1] != 4 or \
+            bi.shape != (rois.shape[0],) or rois.dtype != dt or \
+            bi.dtype not in ("i64", "i32"):
+        raise cv.error(f"an input {x.type}, rois {rois.type} and batch indices {bi.type} "
+                       f"(expected [N, C, H, W], [R, 4] of the input's dtype, [R] integers)")
+    ratio = int(a.get("sampling_ratio", 0))
+    if ratio <= 0:
+        raise cv.error("sampling_ratio 0 (a sample grid that depends on each roi's size, "
+                       "known only at run time): give sampling_ratio > 0")
+    mode = _text(a.get("mode", b"avg"))
+    if mode not in ("avg", "max"):
+        raise cv.error(f"mode {mode!r}")
+    ctm = _text(a.get("coordinate_transformation_mode",
+                      b"half_pixel" if cv.opset >= 16 else b"output_half_pixel"))
+    if ctm not in ("half_pixel", "output_half_pixel"):
+        raise cv.error(f"coordinate_transformation_mode {ctm!r}")
+    half = ctm == "half_pixel"
+    ph_, pw_ = int(a.get("output_height", 1)), int(a.get("output_width", 1))
+    scale = float(a.get("spatial_scale", 1.0))
+    nr = rois.shape[0]
+    c = x.shape[1]
+    shape = (nr, c, ph_, pw_)
+    L = lambda v: T.lit(v, dt)  # noqa: E731
+    lines = []
+    for d, (size, pooled, col) in enumerate(((x.shape[2], ph_, 1), (x.shape[3], pw_, 0))):
+        s = f"(R[r, {col}] * {L(scale)}" + (f" - 0.5)" if half else ")")
+        e = f"(R[r, {col + 2}] * {L(scale)}" + (f" - 0.5)" if half else ")")
+        ext = f"({e} - {s})" if half else f"max({e} - {s}, 1.0)"
+        bin_ = f"({ext} / {L(float(pooled))})"
+        at = "[r, p, i]"
+        t3, t4 = T.ty([nr, pooled, ratio], dt), T.ty([nr, pooled, ratio, 2], dt)
+        lines += [f"    C{d}: {t3}",
+                  f"    C{d}{at} = {s} + {dt}(p) * {bin_} + ({dt}(i) + 0.5) * {bin_} / "
+                  f"{L(float(ratio))}",
+                  f"    V{d}: {t3}", f"    V{d}{at} = max(C{d}{at}, 0.0)",
+                  f"    F{d}: {t3}", f"    F{d}{at} = floor(V{d}{at})"]
+        edge = f"F{d}{at} >= {L(size - 1.0)}"
+        lines += [f"    I{d}: {T.ty([nr, pooled, ratio, 2], 'i64')}",
+                  f"    I{d}[r, p, i, t] = select({edge}, {size - 1}, i64(F{d}{at}) + t)",
+                  f"    W{d}: {t4}",
+                  f"    W{d}[r, p, i, t] = select(C{d}{at} < -1.0 or C{d}{at} > "
+                  f"{L(float(size))}, 0.0, select({edge}, select(t == 0, 1.0, 0.0), "
+                  f"select(t == 0, 1.0 - (V{d}{at} - F{d}{at}), V{d}{at} - F{d}{at})))"]
+    bsub = f"min(max(B[r], 0), {x.shape[0] - 1})" if x.shape[0] > 1 else "0"
+    val = (f"X[{bsub}, c, I0[r, y, iy, ty], I1[r, x, ix, tx]] * W0[r, y, iy, ty] * "
+           "W1[r, x, ix, tx]")
+    red = f"iy: {ratio}, ix: {ratio}, ty: 2, tx: 2"
+    body = (f"sum[{red}]({val}) / {L(float(ratio * ratio))}" if mode == "avg" else
+            f"max[{red}]({val})")
+    lines.append(f"    Y[r, c, y, x] = {body}")
+    text = (f"op {{name}}(X: {x.type}, R: {rois.type}, B: {bi.type}) -> "
+            f"Y: {T.ty(shape, dt)} {{\n" + "\n".join(lines) + "\n}\n")
+    cv.call(node.output[0], cv.op("roialign", text), [x, rois, bi], shape, dtype=dt)
