@@ -1018,3 +1018,53 @@ def roi_align(cv, node, a):
     text = (f"op {{name}}(X: {x.type}, R: {rois.type}, B: {bi.type}) -> "
             f"Y: {T.ty(shape, dt)} {{\n" + "\n".join(lines) + "\n}\n")
     cv.call(node.output[0], cv.op("roialign", text), [x, rois, bi], shape, dtype=dt)
+
+
+# ---------------------------------------------------------------------------- MaxUnpool
+
+@converter("MaxUnpool", attrs=("kernel_shape", "pads", "strides"))
+def max_unpool(cv, node, a):
+    """Y.flat[I] = X, zeros elsewhere: each output element looks for the last input of
+    its (n, c) plane whose index names it (the indices of a MaxPool stay in their plane),
+    a scan of the plane (cost: output plane x input plane per channel)."""
+    x = cv.tensor(node.input[0])
+    ind = cv.tensor(node.input[1])
+    sp = len(x.shape) - 2
+    if sp < 1 or ind.shape != x.shape or ind.dtype != "i64":
+        raise cv.error(f"an input {x.type} with indices {ind.type} (expected i64 of the "
+                       f"input's shape)")
+    kernel = _ints(cv, a, "kernel_shape", sp, 1)
+    strides = _ints(cv, a, "strides", sp, 1)
+    pads = _ints(cv, a, "pads", 2 * sp, 0)
+    # the indices count in the inferred shape, which sits at the start of output_shape
+    inf_sp = [(x.shape[2 + d] - 1) * strides[d] - pads[d] - pads[sp + d] + kernel[d]
+              for d in range(sp)]
+    out_sp = inf_sp
+    if _opt(node, 2):
+        out = [int(v) for v in cv.value(node.input[2]).reshape(-1)]
+        if len(out) != sp + 2 or out[:2] != list(x.shape[:2]) or \
+                any(o < i for o, i in zip(out[2:], inf_sp)):
+            raise cv.error(f"output_shape {out} for an input {list(x.shape)} (the inferred "
+                           f"shape is {inf_sp})")
+        out_sp = out[2:]
+    shape = (*x.shape[:2], *out_sp)
+    oi, qi = T.idx(sp, "o"), T.idx(sp, "q")
+    plane = int(np.prod(inf_sp))
+    ost = np.cumprod([1] + inf_sp[::-1])[:-1][::-1]
+    inside = [f"{o} < {m}" for o, m, big in zip(oi, inf_sp, out_sp) if big > m]
+    ist = np.cumprod([1] + list(x.shape[2:])[::-1])[:-1][::-1]
+    flat = " + ".join([f"(n * {x.shape[1]} + c) * {plane}"] +
+                      [f"{o} * {int(s)}" if s != 1 else o for o, s in zip(oi, ost)])
+    qlin = " + ".join(f"{q} * {int(s)}" if s != 1 else q for q, s in zip(qi, ist))
+    red = ", ".join(f"{q}: {m}" for q, m in zip(qi, x.shape[2:]))
+    lhs = f"[n, c, {', '.join(oi)}]"
+    dec = [f"J{lhs} // {int(s)} % {m}" if s != 1 else f"J{lhs} % {m}"
+           for s, m in zip(ist, x.shape[2:])]
+    dec[0] = f"J{lhs} // {int(ist[0])}" if ist[0] != 1 else f"J{lhs}"
+    find = f"max[{red}](select(I[n, c, {', '.join(qi)}] == {flat}, {qlin}, -1))"
+    text = (f"op {{name}}(X: {x.type}, I: {ind.type}) -> Y: {T.ty(shape, x.dtype)} {{\n"
+            f"    J: {T.ty(shape, 'i64')}\n"
+            f"    J{lhs} = {_guard(inside, find, '-1')}\n"
+            f"    Y{lhs} = select(J{lhs} >= 0, X[n, c, {', '.join(dec)}], "
+            f"{T.lit(0, x.dtype)})\n}}\n")
+    cv.call(node.output[0], cv.op("maxunpool", text), [x, ind], shape, dtype=x.dtype)
