@@ -167,3 +167,19 @@ def test_refusals_name_what_is_unsupported():
         convert_model(_model("Resize", x, {"mode": "nearest", "antialias": 1},
                              [("roi", np.array([], np.float32)),
                               ("scales", np.array([1, 1, 2, 2], np.float32))]), "net")
+
+
+@needs_gcc
+def test_max_pool_indices_unpooled_1d_overlapping_windows():
+    """MaxPool's indices fed to MaxUnpool, windows overlapping (a value can be the maximum
+    of two windows), output_shape larger than the inferred one."""
+    x = _r(1, 2, 9)
+    nodes = [helper.make_node("MaxPool", ["x"], ["p", "i"], kernel_shape=[3], strides=[2]),
+             helper.make_node("MaxUnpool", ["p", "i", "s"], ["y"], kernel_shape=[3],
+                              strides=[2])]
+    g = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x.shape))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(np.array([1, 2, 11], np.int64), "s")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 19)])
+    _check(m, x)
