@@ -360,12 +360,17 @@ class GraphModule:
         compiled.build(self.graph.module, self._target, self._flags, self._tuning_log)
         arena = _aligned_empty(compiled.plan.peak_bytes, arena_what)
         buffers = {name: checked_empty(*staged[name]) for name in (*ir.inputs, *ir.outputs)}
+        # zeroed once: a kernel bound to a bool buffer of leftover bytes other than 0 and 1
+        # would be bound to a normalised copy, never seeing what the calls write
+        arena.fill(0)
+        for b in buffers.values():
+            b.fill(0)
         for slot in compiled.plan.slots:
             v = compiled.ir.value(slot.name)
             dtype = to_numpy(v.dtype)
             view = arena[slot.offset:slot.offset + slot.size].view(dtype)
             buffers[slot.name] = view.reshape(compiled.ir.shape_of(slot.name, sizes))
-        buffers.update({k: np.ascontiguousarray(w) for k, w in compiled.weights.items()})
+        buffers.update({k: np.require(w, requirements="C") for k, w in compiled.weights.items()})
         runs = []
         for f, kernel in zip(compiled.functions, compiled.kernels):
             outs = tuple(buffers[o] for o in f.outputs)

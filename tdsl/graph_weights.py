@@ -47,7 +47,7 @@ def load_params(params, ir: GraphIR) -> dict[str, np.ndarray]:
         if not isinstance(a, np.ndarray):
             raise TdslError(f"weight '{name}' must be a numpy array, got {type(a).__name__}")
         _check_array(f"weight '{name}'", a, values[name])
-        out[name] = np.ascontiguousarray(a)
+        out[name] = np.require(a, requirements="C")   # ascontiguousarray makes rank 0 rank 1
     bind_sizes(ir, out, partial=True)        # sizes named by several weights agree
     return out
 
@@ -68,6 +68,8 @@ def check_inputs(ir: GraphIR, inputs) -> dict[str, np.ndarray]:
                         f"({', '.join(ir.inputs)}), got {len(inputs)}")
     out = {}
     for name, a in zip(ir.inputs, inputs):
+        if isinstance(a, np.generic):       # a numpy scalar for a rank-0 input
+            a = np.asarray(a)
         if not isinstance(a, np.ndarray):
             raise CallError(f"input '{name}' must be a numpy.ndarray, got {type(a).__name__}")
         try:

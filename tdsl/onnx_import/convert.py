@@ -124,7 +124,7 @@ class Converter:
             a = self.static[name]
             dtype = tdsl_dtype(a.dtype, f"'{name}'")
             t = Tensor(self.fresh(name), a.shape, dtype)
-            self.params[t.name] = np.ascontiguousarray(a, dtype=to_numpy(dtype))
+            self.params[t.name] = np.require(a, to_numpy(dtype), "C")  # keeps rank 0
             self.tensors[name] = t
             return t
         raise self.error(f"unknown value '{name}'")

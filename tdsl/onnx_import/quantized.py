@@ -1,4 +1,302 @@
-"""Converters of the quantized operators: QuantizeLinear, DequantizeLinear, QLinearConv, QLinearMatMul, MatMulInteger, ConvInteger, DynamicQuantizeLinear."""
+"""Converters of the quantized operators: QuantizeLinear, DequantizeLinear,
+DynamicQuantizeLinear, MatMulInteger, ConvInteger, QLinearMatMul, QLinearConv.
+
+Integer products accumulate in i32. Requantization follows onnxruntime (MLAS): the i32
+accumulator times the f32 scale ``x_scale * w_scale / y_scale``, rounded half to even, plus
+the zero point, saturated to the output type. Scales and zero points are per tensor, per
+axis, or (Quantize/DequantizeLinear, opset 21) per block along the axis. Only the integer
+types tdsl carries (u8, i8, i16, i32) are supported; float8, 4-bit and 2-bit ones are refused
+by the importer.
+"""
 from __future__ import annotations
 
-from .registry import converter  # noqa: F401
+import math
+
+import numpy as np
+
+from . import templates as T
+from .registry import converter, opt
+
+RANGES = {"u8": (0, 255), "i8": (-128, 127), "i16": (-32768, 32767)}
+
+
+def _qrange(cv, dtype):
+    if dtype not in RANGES:
+        raise cv.error(f"quantization to {dtype} (supported: u8, i8, i16)")
+    return RANGES[dtype]
+
+
+def _param_sub(shape, x_rank, axis, block, idx):
+    """Subscripts of a scale or zero point of ``shape`` for an element at ``idx`` of a rank
+    ``x_rank`` tensor: per tensor, per axis (1-D along ``axis``) or per block."""
+    if len(shape) == 0:
+        return ""
+    if int(np.prod(shape)) == 1 and (len(shape) != x_rank or not block):
+        return f"[{', '.join(['0'] * len(shape))}]"
+    if block:
+        subs = [f"{i} // {block}" if k == axis else i for k, i in enumerate(idx)]
+        return f"[{', '.join(subs)}]"
+    return f"[{idx[axis]}]"
+
+
+def _scaled_operand(cv, name, x_rank, axis, block, idx, key):
+    """(param declaration, term) of a scale or zero point input."""
+    t = cv.tensor(name)
+    return f"{key}: {t.type}", f"{key}{_param_sub(t.shape, x_rank, axis, block, idx)}", t
+
+
+@converter("QuantizeLinear", attrs=("axis", "block_size", "output_dtype", "saturate",
+                                    "precision"))
+def quantize(cv, node, a):
+    x = cv.tensor(node.input[0])
+    if x.dtype not in ("f32", "f64"):
+        raise cv.error(f"QuantizeLinear of {x.dtype}")
+    rank = len(x.shape)
+    axis = a.get("axis", 1) % max(rank, 1)
+    block = int(a.get("block_size", 0))
+    i = T.idx(rank)
+    decl_s, s, ts = _scaled_operand(cv, node.input[1], rank, axis, block, i, "S")
+    args, params = [x, ts], [f"X: {x.type}", decl_s]
+    if opt(node, 2):
+        decl_z, z, tz = _scaled_operand(cv, node.input[2], rank, axis, block, i, "Z")
+        out = tz.dtype
+        args.append(tz)
+        params.append(decl_z)
+        zero = f" + {x.dtype}({z})"
+    else:
+        out = "u8"
+        if "output_dtype" in a:
+            from onnx import helper
+            from .convert import tdsl_dtype
+            out = tdsl_dtype(helper.tensor_dtype_to_np_dtype(a["output_dtype"]),
+                             "QuantizeLinear's output_dtype")
+        zero = ""
+    lo, hi = _qrange(cv, out)
+    body = (f"{out}(min(max(round({T.at('X', i)} / {s}){zero}, {T.lit(lo)}), "
+            f"{T.lit(hi)}))")
+    text = (f"op {{name}}({', '.join(params)}) -> Y: {T.ty(x.shape, out)} {{\n"
+            f"    {T.at('Y', i)} = {body}\n}}\n")
+    cv.call(node.output[0], cv.op("quantize", text), args, x.shape, dtype=out)
+
+
+@converter("DequantizeLinear", attrs=("axis", "block_size", "output_dtype", "precision"))
+def dequantize(cv, node, a):
+    x = cv.tensor(node.input[0])
+    if x.dtype not in ("u8", "i8", "i16", "i32"):
+        raise cv.error(f"DequantizeLinear of {x.dtype}")
+    rank = len(x.shape)
+    axis = a.get("axis", 1) % max(rank, 1)
+    block = int(a.get("block_size", 0))
+    i = T.idx(rank)
+    decl_s, s, ts = _scaled_operand(cv, node.input[1], rank, axis, block, i, "S")
+    out = ts.dtype
+    args, params = [x, ts], [f"X: {x.type}", decl_s]
+    value = f"{out}({T.at('X', i)})"
+    if opt(node, 2):
+        decl_z, z, tz = _scaled_operand(cv, node.input[2], rank, axis, block, i, "Z")
+        args.append(tz)
+        params.append(decl_z)
+        value = f"({value} - {out}({z}))"
+    text = (f"op {{name}}({', '.join(params)}) -> Y: {T.ty(x.shape, out)} {{\n"
+            f"    {T.at('Y', i)} = {value} * {s}\n}}\n")
+    cv.call(node.output[0], cv.op("dequantize", text), args, x.shape, dtype=out)
+
+
+@converter("DynamicQuantizeLinear")
+def dynamic_quantize(cv, node, a):
+    x = cv.float_tensor(node.input[0])
+    rank = len(x.shape)
+    i = T.idx(rank, "r")
+    ranges = ", ".join(f"{v}: {n}" for v, n in zip(i, x.shape))
+    load = T.at("X", i)
+    j = T.idx(rank)
+    # as onnxruntime: the range always holds 0; scale 1 for a constant zero input
+    text = (f"op {{name}}(X: {x.type}) -> (Y: {T.ty(x.shape, 'u8')}, S: f32, Z: u8) {{\n"
+            f"    Hi: f32\n    Hi = max(max[{ranges}]({load}), 0.0)\n"
+            f"    Lo: f32\n    Lo = min(min[{ranges}]({load}), 0.0)\n"
+            f"    Sc: f32\n    Sc = select(Hi == Lo, 1.0, Hi - Lo) / 255.0\n"
+            f"    Zf: f32\n    Zf = round(max(0.0, min(255.0, 0.0 - Lo / Sc)))\n"
+            f"    {T.at('Y', j)} = u8(min(max(round({T.at('X', j)} / Sc) + Zf, 0.0), "
+            f"255.0))\n"
+            f"    S = Sc\n    Z = u8(Zf)\n}}\n")
+    _call_outputs(cv, node, cv.op("dynamic_quantize", text), [x],
+                  [(x.shape, "u8"), ((), "f32"), ((), "u8")])
+
+
+def _call_outputs(cv, node, func, args, outs):
+    """``y, s, z = func(args)`` for the node's outputs (an unused one gets a fresh name)."""
+    from .convert import Tensor
+    ts = []
+    for k, (shape, dtype) in enumerate(outs):
+        name = node.output[k] if len(node.output) > k and node.output[k] else \
+            f"{node.output[0]}#unused{k}"
+        ts.append((name, Tensor(cv.fresh(name), shape, dtype)))
+    cv.lines.append(f"    {', '.join(t.name for _, t in ts)} = "
+                    f"{func}({', '.join(t.name for t in args)})")
+    for name, t in ts:
+        cv.tensors[name] = t
+
+
+def _centered(cv, name, zp_name, key, sub, zp_sub):
+    """(params, args, term): an integer operand as i32 minus its zero point."""
+    t = cv.tensor(name)
+    if t.dtype not in ("u8", "i8"):
+        raise cv.error(f"'{name}' is {t.dtype}; u8 or i8 expected")
+    params, args = [f"{key}: {t.type}"], [t]
+    term = f"i32({key}{sub})"
+    if zp_name:
+        z = cv.tensor(zp_name)
+        params.append(f"{key}Z: {z.type}")
+        args.append(z)
+        zsub = zp_sub(z.shape)
+        term = f"({term} - i32({key}Z{zsub}))"
+    return params, args, term
+
+
+def _matmul_parts(cv, node, a_name, b_name, azp, bzp):
+    sa, sb = cv.shape(a_name), cv.shape(b_name)
+    if len(sa) < 2 or len(sb) < 2:
+        raise cv.error("a matmul of a vector")
+    batch = tuple(np.broadcast_shapes(sa[:-2], sb[:-2]))
+    shape = batch + (sa[-2], sb[-1])
+    i = T.idx(len(shape))
+    pa = len(shape) - len(sa)
+    a_sub = [("0" if n == 1 else i[pa + k]) for k, n in enumerate(sa[:-2])] + [i[-2], "k"]
+    pb = len(shape) - len(sb)
+    b_sub = [("0" if n == 1 else i[pb + k]) for k, n in enumerate(sb[:-2])] + ["k", i[-1]]
+
+    def zp_a(s):                       # per tensor, or per row of A
+        return "" if not s else "[0]" if int(np.prod(s)) == 1 else f"[{i[-2]}]"
+
+    def zp_b(s):                       # per tensor, or per column of B
+        return "" if not s else "[0]" if int(np.prod(s)) == 1 else f"[{i[-1]}]"
+    pa_, aa, ta = _centered(cv, a_name, azp, "A", f"[{', '.join(a_sub)}]", zp_a)
+    pb_, ab, tb = _centered(cv, b_name, bzp, "B", f"[{', '.join(b_sub)}]", zp_b)
+    acc = f"sum[k: {sa[-1]}]({ta} * {tb})"
+    return pa_ + pb_, aa + ab, acc, shape, i
+
+
+@converter("MatMulInteger")
+def matmul_integer(cv, node, a):
+    params, args, acc, shape, i = _matmul_parts(cv, node, node.input[0], node.input[1],
+                                                opt(node, 2), opt(node, 3))
+    text = (f"op {{name}}({', '.join(params)}) -> Y: {T.ty(shape, 'i32')} {{\n"
+            f"    {T.at('Y', i)} = {acc}\n}}\n")
+    cv.call(node.output[0], cv.op("matmul_integer", text), args, shape, dtype="i32")
+
+
+def _requantize(cv, acc, scales, y_zp):
+    """(params, args, body): onnxruntime's requantization of an i32 ``acc``."""
+    params, args = [], []
+    factors = []
+    for key, name, sub in scales:
+        t = cv.float_tensor(name)
+        params.append(f"{key}: {t.type}")
+        args.append(t)
+        factors.append(f"{key}{sub(t.shape)}")
+    scale = f"{factors[0]} * {factors[1]} / {factors[2]}"
+    z = cv.tensor(y_zp)
+    params.append(f"YZ: {z.type}")
+    args.append(z)
+    zsub = "" if not z.shape else "[0]"
+    lo, hi = _qrange(cv, z.dtype)
+    body = (f"{z.dtype}(min(max(round(f32({acc}) * ({scale})) + f32(YZ{zsub}), "
+            f"{T.lit(lo)}), {T.lit(hi)}))")
+    return params, args, body, z.dtype
+
+
+def _scalar_sub(s):
+    return "" if not s else "[0]"
+
+
+@converter("QLinearMatMul")
+def qlinear_matmul(cv, node, a):
+    x = node.input
+    params, args, acc, shape, i = _matmul_parts(cv, node, x[0], x[3], x[2], x[5])
+    rq_params, rq_args, body, out = _requantize(
+        cv, T.at("Acc", i), [("AS", x[1], _scalar_sub), ("BS", x[4], _scalar_sub),
+                             ("YS", x[6], _scalar_sub)], x[7])
+    text = (f"op {{name}}({', '.join(params + rq_params)}) -> Y: {T.ty(shape, out)} {{\n"
+            f"    Acc: {T.ty(shape, 'i32')}\n    {T.at('Acc', i)} = {acc}\n"
+            f"    {T.at('Y', i)} = {body}\n}}\n")
+    cv.call(node.output[0], cv.op("qlinear_matmul", text), args + rq_args, shape, dtype=out)
+
+
+def _conv_parts(cv, node, a, x_name, w_name, xzp, wzp):
+    """(params, args, acc, out shape, index names) of an integer convolution of any rank."""
+    xs, ws = cv.shape(x_name), cv.shape(w_name)
+    spatial = len(xs) - 2
+    group = int(a.get("group", 1))
+    kernel = [int(k) for k in a.get("kernel_shape", ws[2:])]
+    strides = [int(v) for v in a.get("strides", [1] * spatial)]
+    dil = [int(v) for v in a.get("dilations", [1] * spatial)]
+    pad = a.get("auto_pad", b"NOTSET")
+    pad = pad.decode() if isinstance(pad, bytes) else pad
+    if pad in ("NOTSET", ""):
+        pads = [int(v) for v in a.get("pads", [0] * 2 * spatial)]
+    elif pad == "VALID":
+        pads = [0] * 2 * spatial
+    else:
+        lo, hi = [], []
+        for k in range(spatial):
+            o = math.ceil(xs[2 + k] / strides[k])
+            total = max(0, (o - 1) * strides[k] + dil[k] * (kernel[k] - 1) + 1 - xs[2 + k])
+            first = total // 2 if pad == "SAME_UPPER" else total - total // 2
+            lo.append(first)
+            hi.append(total - first)
+        pads = lo + hi
+    outs = [(xs[2 + k] + pads[k] + pads[k + spatial] - dil[k] * (kernel[k] - 1) - 1)
+            // strides[k] + 1 for k in range(spatial)]
+    n, c = xs[:2]
+    f, cg = ws[:2]
+    fg = f // group
+    o = [f"y{k}" for k in range(spatial)]
+    r = [f"r{k}" for k in range(spatial)]
+    pos = [f"{o[k]} * {strides[k]} + {r[k]} * {dil[k]} - {pads[k]}" for k in range(spatial)]
+    inside = " and ".join(f"{p} >= 0 and {p} < {xs[2 + k]}" for k, p in enumerate(pos))
+    chan = "c" if group == 1 else f"m // {fg} * {cg} + c"
+
+    def zp_x(s):
+        return "" if not s else "[0]"
+
+    def zp_w(s):                        # per tensor, or per output channel
+        return "" if not s else "[0]" if int(np.prod(s)) == 1 else "[m]"
+    px, ax, tx = _centered(cv, x_name, xzp, "X", f"[b, {chan}, {', '.join(pos)}]", zp_x)
+    pw, aw, tw = _centered(cv, w_name, wzp, "W", f"[m, c, {', '.join(r)}]", zp_w)
+    ranges = ", ".join([f"c: {cg}"] + [f"{r[k]}: {kernel[k]}" for k in range(spatial)])
+    acc = f"sum[{ranges}](select({inside}, {tx} * {tw}, 0))"
+    return px + pw, ax + aw, acc, (n, f, *outs), ["b", "m"] + o
+
+
+@converter("ConvInteger", attrs=("auto_pad", "dilations", "group", "kernel_shape", "pads",
+                                 "strides"))
+def conv_integer(cv, node, a):
+    params, args, acc, shape, i = _conv_parts(cv, node, a, node.input[0], node.input[1],
+                                              opt(node, 2), opt(node, 3))
+    text = (f"op {{name}}({', '.join(params)}) -> Y: {T.ty(shape, 'i32')} {{\n"
+            f"    {T.at('Y', i)} = {acc}\n}}\n")
+    cv.call(node.output[0], cv.op("conv_integer", text), args, shape, dtype="i32")
+
+
+@converter("QLinearConv", attrs=("auto_pad", "dilations", "group", "kernel_shape", "pads",
+                                 "strides"))
+def qlinear_conv(cv, node, a):
+    x = node.input
+    params, args, acc, shape, i = _conv_parts(cv, node, a, x[0], x[3], x[2], x[5])
+    if opt(node, 8):
+        bias = cv.tensor(x[8])
+        if bias.dtype != "i32":
+            raise cv.error(f"QLinearConv's bias is {bias.dtype}; i32 expected")
+        params.append(f"Bias: {bias.type}")
+        args.append(bias)
+        acc = f"{acc} + Bias[m]"
+
+    def per_channel(s):
+        return "" if not s else "[0]" if int(np.prod(s)) == 1 else "[m]"
+    rq_params, rq_args, body, out = _requantize(
+        cv, T.at("Acc", i), [("XS", x[1], _scalar_sub), ("WS", x[4], per_channel),
+                             ("YS", x[6], _scalar_sub)], x[7])
+    text = (f"op {{name}}({', '.join(params + rq_params)}) -> Y: {T.ty(shape, out)} {{\n"
+            f"    Acc: {T.ty(shape, 'i32')}\n    {T.at('Acc', i)} = {acc}\n"
+            f"    {T.at('Y', i)} = {body}\n}}\n")
+    cv.call(node.output[0], cv.op("qlinear_conv", text), args + rq_args, shape, dtype=out)
