@@ -467,3 +467,22 @@ def test_a_graph_for_opencl_is_refused_naming_the_targets_graphs_build_for():
         pytest.skip(str(exc))
     with pytest.raises(tdsl.TdslError, match=r"'c' \(host C\) and 'c-embedded' targets only"):
         g.build(target=target)
+
+
+def test_a_scalar_graph_input_is_read_at_every_call():
+    """A rank-0 input goes to C by value; a graph module binds its kernels once, so the
+    value must be read at each call, not when the kernel was bound (it once gave the
+    staging buffer's garbage, then the previous call's value)."""
+    m = tdsl.loads("""
+op shift(A: f32[2, 3], C: f32) -> Y: f32[2, 3] {
+    Y[i, j] = A[i, j] + C
+}
+graph net(a: f32[2, 3], c: f32) -> (y: f32[2, 3]) {
+    y = shift(a, c)
+}
+""")
+    a = np.ones((2, 3), np.float32)
+    for fuse in (True, False):
+        module = m["net"].build(fuse=fuse)
+        for c in (3.0, 7.0, -1.5):
+            np.testing.assert_array_equal(module(a, np.array(c, np.float32)), a + c)

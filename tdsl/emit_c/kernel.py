@@ -103,7 +103,18 @@ class Kernel:
             args, outputs = self._prepare(arrays, out)
         except _Foreign:
             return _interop().bind(self, arrays, out, self._input_names)
+        # a scalar goes to C by value: a 0-d array's value is read at each run, as an
+        # array's elements are (a graph module writes its inputs into bound arrays)
+        live = [(i, a) for i, (c_type, a) in enumerate(zip(self._c_types, arrays))
+                if c_type is None and isinstance(a, np.ndarray)]
+        if live:
+            return functools.partial(self._run_reading, args, live), outputs
         return self._runner(args), outputs
+
+    def _run_reading(self, args: list, live) -> None:
+        for i, a in live:
+            args[i] = a[()]
+        self._run(args)
 
     def _prepare(self, arrays, out):
         """``(args, outputs)``: the checked arguments marshalled for the library."""
