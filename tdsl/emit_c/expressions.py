@@ -173,6 +173,8 @@ class CExpressionPrinter:
             if name == "sqrt":
                 return root, POSTFIX
             return f"{c_literal(1.0, split_dtype(dtype)[0])[0]} / {root}", MULTIPLICATIVE
+        if name in te.BIT_INTRINSICS:
+            return self.bitwise(name, dtype, args), POSTFIX
         if name == "abs" and not is_float(dtype):
             return f"{self.helpers.abs_int(dtype)}({args[0]})", POSTFIX
         if not is_float(dtype):
@@ -216,6 +218,25 @@ class CExpressionPrinter:
 
     def visit_AddressOf(self, e):
         return f"&{self.buffer_name(e.buffer)}[{self.expr(e.index)}]", UNARY
+
+    def bitwise(self, name: str, dtype: str, args) -> str:
+        """The bitwise intrinsics, in parentheses, of the argument's type (C computes narrow
+        ones in int); the shifts are defined for every count (lowering/bitwise.py)."""
+        if "x" in dtype or not is_int(dtype):
+            raise BuildError(f"{name} needs integer arguments, got {dtype}")
+        t = to_c(dtype)
+        a = [f"({x})" for x in args]
+        if name == "bitnot":
+            return f"(({t})~{a[0]})"
+        if name in ("bitand", "bitor", "bitxor"):
+            op = {"bitand": "&", "bitor": "|", "bitxor": "^"}[name]
+            return f"(({t})({a[0]} {op} {a[1]}))"
+        bits = int(to_numpy(dtype).itemsize) * 8
+        inside = f"(uint64_t){a[1]} < {bits}"
+        if name == "shl":                       # through the unsigned type: wraps
+            return f"({inside} ? ({t})((uint{bits}_t){a[0]} << {a[1]}) : ({t})0)"
+        past = f"({t})({a[0]} < 0 ? -1 : 0)" if dtype != "u8" else f"({t})0"
+        return f"({inside} ? ({t})({a[0]} >> {a[1]}) : {past})"
 
     # ------------------------------------------------------------ shared pieces
     def element(self, buf: Buffer, indices) -> str:

@@ -282,7 +282,8 @@ class ExprConverter:
             self._arity(node, te.INTRINSICS[f])
             xs = [self.convert(a) for a in args]
             for x, a in zip(xs, args):
-                check_numeric(x, a.span, f, floats_only=f in _FLOAT_ONLY)
+                check_numeric(x, a.span, f, floats_only=f in _FLOAT_ONLY,
+                              ints_only=f in te.BIT_INTRINSICS)
             if len(xs) == 2:
                 x, y, lit = unify(xs[0], xs[1], node.span, f)
                 if f in ("pow", "fmod") and x.dtype not in FLOATS:

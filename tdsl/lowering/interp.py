@@ -24,6 +24,7 @@ from numpy.lib.stride_tricks import as_strided
 
 from ..errors import CallError
 from . import sizes, te
+from .bitwise import FUNCTIONS as BITWISE
 from .dtypes import INDEX, cast_array, from_numpy, is_float, to_numpy
 from .loop_ir import (AddressOf, Allocate, Barrier, Broadcast, BufferLoad, Call, Evaluate, For,
                       If, LetStmt, LoweredFunc, Ramp, ReadFault, Seq, Store, split_dtype)
@@ -49,6 +50,7 @@ _MATH = {
     "tan": np.tan, "asin": np.arcsin, "acos": np.arccos, "atan": np.arctan, "sinh": np.sinh,
     "cosh": np.cosh, "asinh": np.arcsinh, "acosh": np.arccosh, "atanh": np.arctanh,
     "fmod": np.fmod,
+    **BITWISE,
     "requantize": multiply_by_quantized_multiplier,
 }
 _COMBINE = {"sum": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum}

@@ -27,9 +27,12 @@ INTRINSICS = {
     "tan": 1, "asin": 1, "acos": 1, "atan": 1, "sinh": 1, "cosh": 1, "asinh": 1, "acosh": 1,
     "atanh": 1,
     "min": 2, "max": 2, "pow": 2, "fmod": 2,
+    "bitand": 2, "bitor": 2, "bitxor": 2, "bitnot": 1, "shl": 2, "shr": 2,
 }
+# Intrinsics of integers only (two's complement; shifts defined for every count: bitwise.py).
+BIT_INTRINSICS = ("bitand", "bitor", "bitxor", "bitnot", "shl", "shr")
 # Intrinsics meaningful on integers too (the rest need a float argument).
-INT_INTRINSICS = ("abs", "min", "max")
+INT_INTRINSICS = ("abs", "min", "max", *BIT_INTRINSICS)
 
 
 class Expr:

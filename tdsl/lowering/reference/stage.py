@@ -25,6 +25,7 @@ import numpy as np
 
 from ...errors import CallError
 from .. import te
+from ..bitwise import FUNCTIONS as BITWISE
 from ..dtypes import cast_array, is_float, is_int, to_numpy
 from ..quantize import multiply_by_quantized_multiplier
 from .views import Axis, OutOfRange, affine, gather, strided_view
@@ -65,6 +66,7 @@ _INTRINSICS = {
     "tan": np.tan, "asin": np.arcsin, "acos": np.arccos, "atan": np.arctan, "sinh": np.sinh,
     "cosh": np.cosh, "asinh": np.arcsinh, "acosh": np.arccosh, "atanh": np.arctanh,
     "fmod": np.fmod,
+    **BITWISE,
     "requantize": multiply_by_quantized_multiplier,
 }
 
