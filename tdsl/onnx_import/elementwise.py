@@ -1,6 +1,6 @@
 """Converters of the elementwise operators: arithmetic (Add Sub Mul Div Mod Pow, the variadic
 Sum Min Max Mean), the unary math functions, logic and comparisons, Where, Clip, IsNaN/IsInf,
-BitShift and the bitwise operators.
+BitShift and the bitwise operators (the language's ``bitand`` ... ``shl shr``).
 
 Operands broadcast by numpy's rules; a static scalar is a literal (literals adapt to the
 other operand's dtype). At f32 on operands of one shape the standard library's ops are used
@@ -16,7 +16,7 @@ import numpy as np
 
 from . import templates as T
 from .convert import Tensor
-from .registry import converter, opt as _opt
+from .registry import converter, opt as _opt, text
 
 FLOATS = ("f32", "f64")
 INTS = ("i64", "i32", "i16", "i8", "u8")
@@ -353,11 +353,25 @@ def clip(cv, node, a):
 
 # ---------------------------------------------------------------------------- bitwise
 
-_BITWISE = {"BitwiseAnd": ("bitand", np.bitwise_and), "BitwiseOr": ("bitor", np.bitwise_or),
-            "BitwiseXor": ("bitxor", np.bitwise_xor)}
+_BITWISE = {"BitwiseAnd": "bitand", "BitwiseOr": "bitor", "BitwiseXor": "bitxor",
+            "BitwiseNot": "bitnot"}
 
 
-@converter(*_BITWISE, "BitwiseNot", "BitShift", attrs=("direction",))
+@converter(*_BITWISE, "BitShift", attrs=("direction",))
 def bitwise(cv, node, a):
-    raise cv.error("bitwise operators and shifts are not supported: the .tdsl language has "
-                   "no bitwise operations")
+    from ..lowering.bitwise import FUNCTIONS
+    if node.op_type == "BitShift":
+        direction = text(a.get("direction", b""))
+        if direction not in ("LEFT", "RIGHT"):
+            raise cv.error(f"direction '{direction}' (LEFT and RIGHT are)")
+        fn = "shl" if direction == "LEFT" else "shr"
+    else:
+        fn = _BITWISE[node.op_type]
+    names = list(node.input)
+    if _all_static(cv, node):
+        cv.static[node.output[0]] = np.asarray(
+            FUNCTIONS[fn](*(cv.static[n] for n in names))).astype(cv.static[names[0]].dtype)
+        return
+    _need(cv, node, cv.dtype(names[0]), INTS)
+    expr = f"{fn}({', '.join(f'{{{k}}}' for k in range(len(names)))})"
+    _emit(cv, node.output[0], names, expr, fn)
