@@ -71,7 +71,7 @@ def _red(kind: str, ranges, body: str) -> str:
 
 
 def _emit(cv, outs, func: str, args, shapes, dtypes) -> None:
-    """``o1, o2 = func(args)`` in the graph body (``cv.call`` for several outputs)."""
+    """``o1, o2 = func(args)`` in the graph body: ``cv.call``, for one output or several."""
     if len(outs) == 1:
         cv.call(outs[0], func, args, shapes[0], dtype=dtypes[0])
         return
@@ -288,7 +288,6 @@ def group_normalization(cv, node, a):
             raise cv.error(f"the {what} has shape {list(t.shape)}; at opset {cv.opset} it "
                            f"is one per {'channel' if per == c else 'group'}, [{per}]")
     i = T.idx(rank)
-    sp = i[2:]
     ranges = ([f"q: {cg}"] if cg > 1 else []) + [f"k{k}" for k in range(2, rank)]
     ch = "g" if cg == 1 else f"g * {cg} + q"
     cx = _cast(T.at("X", ["n", ch] + [f"k{k}" for k in range(2, rank)]), dt, ct)
@@ -307,7 +306,6 @@ def group_normalization(cv, node, a):
             f"    Inv: {T.ty([n, g], ct)}\n"
             f"    Inv[n, g] = 1.0 / sqrt(V[n, g] + {eps})\n"
             f"    {T.at('Y', i)} = {y}\n}}\n")
-    del sp
     cv.call(node.output[0], cv.op("groupnorm", text), [x, s, b], x.shape, dtype=dt)
 
 
