@@ -216,12 +216,11 @@ def attention(cv, node, a):
         score = f"{c} * tanh({dot} * {T.lit(s * s / softcap, dt)})"
     qk_out = want_qk and mode in (0, 1)
     qk_bias_out = want_qk and mode == 2
-    if qk_out:
+    if qk_out:                          # the scores are an output: a stage of their own
         results.append(("QK", qk_shape, dt, outs[3]))
-    else:
-        stages.append(f"    QK: {T.ty(qk_shape, dt)}")
-    stages.append(f"    QK[b, h, q, l] = {score}")
-    logit = "QK[b, h, q, l]" + (f" + {bias_at}" if has_bias else "")
+        stages.append(f"    QK[b, h, q, l] = {score}")
+        score = "QK[b, h, q, l]"
+    logit = score + (f" + {bias_at}" if has_bias else "")
     if qk_bias_out:
         results.append(("QB", qk_shape, dt, outs[3]))
         stages.append(f"    QB[b, h, q, l] = {logit}")
