@@ -172,26 +172,43 @@ def conv(cv, node, a):
 
 
 def _scatter_window(out_sp, in_sp, kernel, strides, dil, pads_lo, oi, ki):
-    """The input positions a transposed convolution (or Col2Im) gathers for output ``oi``
-    and kernel offset ``ki``: ``(o + p - k * d) / s`` where that is an integer inside."""
-    subs, conds = [], []
+    """The input positions a transposed convolution (or Col2Im) gathers for output ``oi``:
+    ``(o + p - k * d) / s`` for the kernel offsets ``k`` that make it an integer inside.
+    Returns the input subscripts, their conditions, the kernel subscripts and the ranges of
+    the reduction axes ``ki``. Undilated and strided, ``ki`` counts only the offsets of
+    ``o``'s phase, ``k = (o + p) % s + s * j`` (ceil(K / s) of them, no stride test)."""
+    subs, conds, ks, ranges = [], [], [], []
     for d in range(len(in_sp)):
-        s, p, dd = strides[d], pads_lo[d], dil[d]
-        t = oi[d] if p == 0 else f"{oi[d]} + {p}" if p > 0 else f"{oi[d]} - {-p}"
-        t = f"{t} - {ki[d]}" if dd == 1 else f"{t} - {ki[d]} * {dd}"
-        lo = 0 - p - (kernel[d] - 1) * dd           # the smallest t
-        hi = out_sp[d] - 1 + p                       # the largest t
-        if lo < 0:
-            conds.append(f"{t} >= 0")
-        if s > 1:
-            conds.append(f"({t}) % {s} == 0")
-            sub = f"({t}) // {s}"
+        s, p, dd, kk = strides[d], pads_lo[d], dil[d], kernel[d]
+        u = oi[d] if p == 0 else f"{oi[d]} + {p}" if p > 0 else f"{oi[d]} - {-p}"
+        hi = out_sp[d] - 1 + p                       # the largest o + p
+        if dd == 1 and s > 1:
+            ext = -(-kk // s)
+            kx = f"({u}) % {s} + {s} * {ki[d]}" if ext > 1 else f"({u}) % {s}"
+            if kk % s:
+                conds.append(f"{kx} < {kk}")
+            sub = f"({u}) // {s} - {ki[d]}" if ext > 1 else f"({u}) // {s}"
+            if min(0, p) // s - (ext - 1) < 0:
+                conds.append(f"{sub} >= 0")
+            if hi // s >= in_sp[d]:
+                conds.append(f"{sub} < {in_sp[d]}")
+            ks.append(kx)
+            ranges.append(f"{ki[d]}: {ext}")
         else:
-            sub = t
-        if hi // s >= in_sp[d]:
-            conds.append(f"{sub} < {in_sp[d]}")
+            t = f"{u} - {ki[d]}" if dd == 1 else f"{u} - {ki[d]} * {dd}"
+            if 0 - p - (kk - 1) * dd < 0:
+                conds.append(f"{t} >= 0")
+            if s > 1:
+                conds.append(f"({t}) % {s} == 0")
+                sub = f"({t}) // {s}"
+            else:
+                sub = t
+            if hi // s >= in_sp[d]:
+                conds.append(f"{sub} < {in_sp[d]}")
+            ks.append(ki[d])
+            ranges.append(f"{ki[d]}: {kk}")
         subs.append(sub if in_sp[d] > 1 else "0")
-    return subs, conds
+    return subs, conds, ks, ranges
 
 
 @converter("ConvTranspose", attrs=("auto_pad", "dilations", "group", "kernel_shape",
@@ -241,13 +258,14 @@ def conv_transpose(cv, node, a):
         raise cv.error(f"an empty output {out_sp}")
     shape = (n, f, *out_sp)
     oi, ki = T.idx(sp, "o"), T.idx(sp, "k")
-    subs, conds = _scatter_window(out_sp, ins, kernel, strides, dil, pads[:sp], oi, ki)
+    subs, conds, ks, ranges = _scatter_window(out_sp, ins, kernel, strides, dil, pads[:sp],
+                                              oi, ki)
     gi = "f" if mg == 1 else f"f // {mg}"
     chan = "c" if group == 1 else f"{gi} + c" if cg == 1 else f"{gi} * {cg} + c"
     wm = "f" if group == 1 else f"f % {mg}"
-    red = ", ".join([f"c: {cg}"] + [f"{k}: {m}" for k, m in zip(ki, kernel)])
+    red = ", ".join([f"c: {cg}"] + ranges)
     load = _guard(conds, f"X[n, {chan}, {', '.join(subs)}] * W[{chan}, {wm}, "
-                         f"{', '.join(ki)}]", "0.0")
+                         f"{', '.join(ks)}]", "0.0")
     dt = x.dtype
     params = f"X: {T.ty(x.shape, dt)}, W: {T.ty(w.shape, dt)}"
     args, tail = [x, w], ""
@@ -285,13 +303,18 @@ def col2im(cv, node, a):
         raise cv.error(f"{l_} blocks, but the image and block shapes give {nblk}")
     shape = (n, c, *image)
     oi, ki = T.idx(sp, "o"), T.idx(sp, "k")
-    subs, conds = _scatter_window(image, nblk, block, strides, dil, pads[:sp], oi, ki)
+    subs, conds, ks, ranges = _scatter_window(image, nblk, block, strides, dil, pads[:sp],
+                                              oi, ki)
     kst = np.cumprod([1] + block[::-1])[:-1][::-1]
     bst = np.cumprod([1] + nblk[::-1])[:-1][::-1]
-    klin = " + ".join(f"{k} * {int(s)}" if s != 1 else k for k, s in zip(ki, kst))
-    blin = " + ".join(f"({e}) * {int(s)}" if s != 1 else f"({e})" for e, s in zip(subs, bst)
+    # the flattened subscripts: each term clamped into its range (the conditions keep the
+    # read inside; the clamps let the checker see it)
+    ks = [k if k in ki else f"min({k}, {m - 1})" for k, m in zip(ks, block)]
+    subs = [e if e == "0" else f"max(min({e}, {m - 1}), 0)" for e, m in zip(subs, nblk)]
+    klin = " + ".join(f"{k} * {int(s)}" if s != 1 else k for k, s in zip(ks, kst))
+    blin = " + ".join(f"{e} * {int(s)}" if s != 1 else e for e, s in zip(subs, bst)
                       if e != "0") or "0"
-    red = ", ".join(f"{k}: {m}" for k, m in zip(ki, block))
+    red = ", ".join(ranges)
     load = _guard(conds, f"X[n, c * {kprod} + {klin}, {blin}]", "0.0")
     text = (f"op {{name}}(X: {T.ty(x.shape, x.dtype)}) -> Y: {T.ty(shape, x.dtype)} {{\n"
             f"    Y[n, c, {', '.join(oi)}] = sum[{red}](\n        {load})\n}}\n")
