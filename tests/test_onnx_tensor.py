@@ -160,7 +160,8 @@ def test_layout_operators_on_other_dtypes():
     rng = np.random.default_rng(1)
     x = rng.integers(-50, 50, (2, 3, 4)).astype(np.int32)
     b = rng.integers(-9, 9, (2, 3, 4)).astype(np.int8)
-    inputs = {"x": x, "b": b, "d": rng.integers(0, 9, (1, 8, 2, 3)).astype(np.uint8)}
+    inputs = {"x": x, "b": b, "d": rng.integers(0, 9, (1, 8, 2, 3)).astype(np.uint8),
+              "kk": np.array([1], np.int64)}
     nodes = [
         helper.make_node("Transpose", ["x"], ["t"], perm=[2, 0, 1]),
         helper.make_node("Concat", ["b", "b"], ["c"], axis=-1),
@@ -172,6 +173,8 @@ def test_layout_operators_on_other_dtypes():
         helper.make_node("Split", ["x"], ["s0", "s1"], axis=2, num_outputs=2),
         helper.make_node("Split", ["x"], ["u0", "u1", "u2"], axis=1, num_outputs=3),
         helper.make_node("Trilu", ["x", "k"], ["tri"], upper=0),
+        helper.make_node("Neg", ["kk"], ["nk"]),
+        helper.make_node("Trilu", ["x", "nk"], ["tri_k"]),          # k computed
         helper.make_node("Expand", ["b", "eshape"], ["e"]),
         helper.make_node("DepthToSpace", ["d"], ["dcr"], blocksize=2),
         helper.make_node("DepthToSpace", ["d"], ["crd"], blocksize=2, mode="CRD"),
@@ -190,7 +193,7 @@ def test_layout_operators_on_other_dtypes():
              "oh_i": np.array([[1, -1], [5, 0]], np.int64), "depth": np.array(3, np.int64),
              "oh_v": np.array([-1, 2], np.int32)}
     check(nodes, inputs, ["t", "c", "s", "p_reflect", "p_edge", "p_wrap", "p_i8", "s0",
-                          "s1", "u0", "u1", "u2", "tri", "e", "dcr", "crd", "cmp", "rev",
+                          "s1", "u0", "u1", "u2", "tri", "tri_k", "e", "dcr", "crd", "cmp", "rev",
                           "oh"], inits)
 
 
@@ -202,6 +205,14 @@ def test_data_dependent_shapes_need_static_inputs():
     msg = refusal([helper.make_node("Relu", ["x"], ["r"]),
                    helper.make_node("Unique", ["r"], ["y"])], x, ["y"])
     assert "Unique" in msg and "depends" in msg
+
+
+def test_a_computed_slice_bound_is_refused_saying_why():
+    x = {"x": np.ones((2, 3), np.float32), "s": np.array([1], np.int64)}
+    msg = refusal([helper.make_node("Neg", ["s"], ["ns"]),
+                   helper.make_node("Slice", ["x", "ns", "e"], ["y"])], x, ["y"],
+                  {"e": np.array([3], np.int64)})
+    assert "Slice" in msg and "output shape" in msg
 
 
 def test_static_unique_nonzero_range_are_computed_at_import():

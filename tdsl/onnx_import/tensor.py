@@ -35,7 +35,8 @@ def constant_of_shape(cv, node, a):
     from onnx import numpy_helper
     fill = numpy_helper.to_array(a["value"]).reshape(-1) if "value" in a else \
         np.zeros(1, np.float32)
-    cv.static[node.output[0]] = np.full(cv.value(node.input[0]).astype(np.int64),
+    shape = _known(cv, node.input[0], _SHAPE)
+    cv.static[node.output[0]] = np.full(shape.astype(np.int64),
                                         fill[0], fill.dtype)
 
 
@@ -86,7 +87,7 @@ def identity(cv, node, a):
 @converter("Reshape", attrs=("allowzero", "shape"))
 def reshape(cv, node, a):
     src = node.input[0]
-    target = a["shape"] if "shape" in a else cv.value(node.input[1])
+    target = a["shape"] if "shape" in a else _known(cv, node.input[1], _SHAPE)
     shape, n = list(int(v) for v in target), int(np.prod(cv.shape(src)))
     for k, v in enumerate(shape):
         if v == 0 and not a.get("allowzero", 0):
@@ -110,7 +111,7 @@ def squeeze(cv, node, a):
     s = list(cv.shape(node.input[0]))
     axes = a.get("axes")
     if axes is None and _opt(node, 1):
-        axes = cv.value(node.input[1]).tolist()
+        axes = _known(cv, node.input[1], "the axes decide the output shape").tolist()
     if node.op_type == "Squeeze":
         axes = [k % len(s) for k in axes] if axes is not None else \
             [k for k, n in enumerate(s) if n == 1]
@@ -143,9 +144,13 @@ def slice_(cv, node, a):
     if "starts" in a:
         starts, ends, axes, steps = a["starts"], a["ends"], a.get("axes"), None
     else:
-        starts, ends = cv.value(node.input[1]).tolist(), cv.value(node.input[2]).tolist()
-        axes = cv.value(node.input[3]).tolist() if _opt(node, 3) else None
-        steps = cv.value(node.input[4]).tolist() if _opt(node, 4) else None
+        why = "they decide the output shape"
+        starts, ends = (_static_or_refuse(cv, node.input[k], why).reshape(-1).tolist()
+                        for k in (1, 2))
+        axes = _static_or_refuse(cv, node.input[3], why).reshape(-1).tolist() \
+            if _opt(node, 3) else None
+        steps = _static_or_refuse(cv, node.input[4], why).reshape(-1).tolist() \
+            if _opt(node, 4) else None
     axes = [k % len(s) for k in (axes if axes is not None else range(len(starts)))]
     steps = steps or [1] * len(axes)
     first, step, shape = [0] * len(s), [1] * len(s), list(s)
@@ -169,7 +174,7 @@ def concat(cv, node, a):
     if all(cv.is_static(n) for n in names):
         cv.static[node.output[0]] = np.concatenate([cv.static[n] for n in names], axis)
         return
-    names = [n for n in names if cv.shape(n)[axis] > 0]   # empty pieces add nothing
+    names = [n for n in names if cv.shape(n)[axis] > 0] or names[:1]   # empty: nothing
     ts = [cv.tensor(n) for n in names]
     dtypes = {t.dtype for t in ts}
     if len(dtypes) != 1:
@@ -187,6 +192,7 @@ def concat(cv, node, a):
 # ---------------------------------------------------------------------------- helpers
 
 _INTS = ("i64", "i32", "i16", "i8", "u8")
+_SCATTER_LIMIT = 1 << 26        # (output element, candidate update) pairs a scatter may test
 
 
 def _emit(cv, out, kind, ins, shape, dtype, lines):
@@ -227,6 +233,25 @@ def _static_or_refuse(cv, name, why):
                    f"import time")
 
 
+_SHAPE = "it gives the output's shape"
+
+
+def _known(cv, name, why) -> np.ndarray:
+    """`_static_or_refuse`, flattened."""
+    return np.asarray(_static_or_refuse(cv, name, why)).reshape(-1)
+
+
+def _as_static(cv, name) -> bool:
+    """Whether to take ``name`` as a static value: it is one, or it is a scalar graph input
+    (tdsl's built graphs read a rank-0 input at the first call only; such an input is
+    asked for as a constant, `NeedsConstant`)."""
+    if cv.is_static(name):
+        return True
+    if name in cv.input_names and cv.shape(name) == ():
+        cv.value(name)                          # raises NeedsConstant
+    return False
+
+
 def _axis(cv, axis, rank):
     if not -rank <= axis < max(rank, 1):
         raise cv.error(f"axis {axis} is out of range for rank {rank}")
@@ -240,8 +265,10 @@ def _gather(cv, out, data, indices, axis):
     s = list(cv.shape(data))
     axis = _axis(cv, axis, len(s))
     n = s[axis]
-    if cv.is_static(data) and cv.is_static(indices):
+    if _as_static(cv, indices) and _as_static(cv, data):
         idx = cv.static[indices].astype(np.int64)
+        if idx.size and not (-n <= idx.min() and idx.max() < n):
+            raise cv.error(f"an index out of range for a dimension of size {n}")
         cv.static[out] = np.take(cv.static[data], np.where(idx < 0, idx + n, idx), axis=axis)
         return
     ishape = list(cv.shape(indices))
@@ -342,6 +369,10 @@ def scatter_elements(cv, node, a):
     if len(ish) != len(s) or list(u.shape) != ish or u.dtype != x.dtype:
         raise cv.error(f"indices {tuple(ish)} and updates {u.shape} ({u.dtype}) for data "
                        f"{tuple(s)} ({x.dtype})")
+    if int(np.prod(s)) * ish[axis] > _SCATTER_LIMIT:
+        raise cv.error(f"{ish[axis]} updates along axis {axis} for each of {int(np.prod(s))} "
+                       f"elements are too many for the gather form of a scatter (at most "
+                       f"{_SCATTER_LIMIT} pairs)")
     o = T.idx(len(s))
     p = list(o)
     p[axis] = "k"
@@ -364,9 +395,6 @@ def scatter_elements(cv, node, a):
                                          else body)]
     _emit(cv, node.output[0], "scatter_elements", [("X", x), ("I", ind), ("U", u)], s,
           x.dtype, lines)
-
-
-_SCATTER_LIMIT = 1 << 26
 
 
 @converter("ScatterND", attrs=("reduction",))
@@ -409,7 +437,7 @@ def scatter_nd(cv, node, a):
 @converter("Expand")
 def expand(cv, node, a):
     x = node.input[0]
-    target = [int(v) for v in cv.value(node.input[1]).reshape(-1)]
+    target = [int(v) for v in _known(cv, node.input[1], _SHAPE)]
     shape = list(np.broadcast_shapes(tuple(cv.shape(x)), tuple(target)))
     if cv.is_static(x):
         cv.static[node.output[0]] = np.array(np.broadcast_to(cv.static[x], shape))
@@ -425,7 +453,7 @@ def expand(cv, node, a):
 @converter("Tile")
 def tile(cv, node, a):
     x = node.input[0]
-    reps = [int(v) for v in cv.value(node.input[1]).reshape(-1)]
+    reps = [int(v) for v in _known(cv, node.input[1], "the repeats decide the output shape")]
     s = list(cv.shape(x))
     if len(reps) != len(s):
         raise cv.error(f"{len(reps)} repeats for rank {len(s)}")
@@ -463,7 +491,7 @@ def split(cv, node, a):
     axis = _axis(cv, a.get("axis", 0), len(s))
     n, k = s[axis], len(node.output)
     if _opt(node, 1):
-        parts = [int(v) for v in cv.value(node.input[1]).reshape(-1)]
+        parts = [int(v) for v in _known(cv, node.input[1], "it decides the outputs' shapes")]
     elif "split" in a:
         parts = [int(v) for v in a["split"]]
     elif "num_outputs" in a:
@@ -512,19 +540,29 @@ def depth_to_space(cv, node, a):
 
 @converter("Trilu", attrs=("upper",))
 def trilu(cv, node, a):
-    k = int(cv.value(node.input[1]).reshape(())) if _opt(node, 1) else 0
     t = cv.tensor(node.input[0])
     if len(t.shape) < 2:
         raise cv.error(f"an input of rank {len(t.shape)} (rank 2 or more is needed)")
+    ins = [("X", t)]
+    k = node.input[1] if _opt(node, 1) else None
+    if k is None or _as_static(cv, k):
+        k = int(cv.static[k].reshape(())) if k else 0
+    else:                                       # a diagonal computed by the graph
+        kt = _index_tensor(cv, k)
+        if kt.shape not in ((), (1,)):
+            raise cv.error(f"k of shape {kt.shape} (a scalar is expected)")
+        ins.append(("K", kt))
+        k = _i64(T.at("K", ["0"] if kt.shape else []), kt.dtype)
     o = T.idx(len(t.shape))
     cond = f"{o[-1]} - {o[-2]} {'>=' if a.get('upper', 1) else '<='} {k}"
-    _emit(cv, node.output[0], "trilu", [("X", t)], t.shape, t.dtype,
+    _emit(cv, node.output[0], "trilu", ins, t.shape, t.dtype,
           [f"{T.at('Y', o)} = select({cond}, {T.at('X', o)}, {T.lit(0, t.dtype)})"])
 
 
 @converter("OneHot", attrs=("axis",))
 def one_hot(cv, node, a):
-    depth = int(np.asarray(cv.value(node.input[1])).reshape(-1)[0])
+    depth = int(_known(cv, node.input[1], "the depth decides the output shape")[0])
+    _as_static(cv, node.input[0])
     ind = cv.tensor(node.input[0])
     rank = len(ind.shape) + 1
     axis = _axis(cv, a.get("axis", -1), rank)
@@ -568,13 +606,15 @@ def pad(cv, node, a):
         raise cv.error(f"Pad mode '{mode}' (constant, reflect, edge and wrap are supported)")
     x = node.input[0]
     s = list(cv.shape(x))
-    pads = a["pads"] if "pads" in a else cv.value(node.input[1]).reshape(-1).tolist()
+    pads = a["pads"] if "pads" in a else \
+        _known(cv, node.input[1], "the pads decide the output shape").tolist()
     value = a.get("value", 0.0)
     if _opt(node, 2):
-        value = cv.value(node.input[2]).reshape(-1)[0].item()
+        value = _known(cv, node.input[2], "the padding value is written into the op")[0].item()
     axes = list(range(len(s)))
     if _opt(node, 3):
-        axes = [_axis(cv, int(k), len(s)) for k in cv.value(node.input[3]).reshape(-1)]
+        axes = [_axis(cv, int(k), len(s))
+                for k in _known(cv, node.input[3], "the axes decide the output shape")]
     if len(pads) != 2 * len(axes):
         raise cv.error(f"{len(pads)} pads for {len(axes)} axes")
     begins, ends = [0] * len(s), [0] * len(s)
@@ -609,7 +649,7 @@ def pad(cv, node, a):
 def center_crop_pad(cv, node, a):
     t = cv.tensor(node.input[0])
     s = list(t.shape)
-    target = [int(v) for v in cv.value(node.input[1]).reshape(-1)]
+    target = [int(v) for v in _known(cv, node.input[1], _SHAPE)]
     axes = [_axis(cv, k, len(s)) for k in a.get("axes", range(len(s)))]
     if len(target) != len(axes):
         raise cv.error(f"a shape of {len(target)} values for {len(axes)} axes")
@@ -655,8 +695,7 @@ def range_(cv, node, a):
     st, li, de = (np.asarray(v).reshape(()).item() for v in (start, limit, delta))
     if de == 0:
         raise cv.error("a Range with delta 0")
-    n = max(int(np.ceil((li - st) / de)), 0)
-    cv.static[node.output[0]] = (st + np.arange(n) * de).astype(dt)
+    cv.static[node.output[0]] = np.arange(st, li, de).astype(dt)
 
 
 @converter("Compress", attrs=("axis",))
@@ -680,6 +719,8 @@ def compress(cv, node, a):
 def non_zero(cv, node, a):
     x = _static_or_refuse(cv, node.input[0],
                           "NonZero's output shape depends on the input's values")
+    if x.ndim == 0:
+        raise cv.error("NonZero of a scalar")
     cv.static[node.output[0]] = np.array(np.nonzero(x), np.int64).reshape(x.ndim, -1)
 
 
