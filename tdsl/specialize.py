@@ -16,6 +16,7 @@ from typing import Callable
 
 import numpy as np
 
+from .emit_c import kernel as _kernel
 from .errors import TdslError
 
 MAX_SHAPES = 8
@@ -36,6 +37,8 @@ class ShapeSpecializingKernel:
         self.kernels: dict[tuple, object] = {}
 
     def __call__(self, *arrays, out=None):
+        if type(arrays[0] if arrays else None) is _kernel._TENSOR:   # viewed once, here
+            return _kernel._foreign_call(self, arrays, out, self.generic._input_names)
         key = _key(arrays)
         kernel = self.kernels.get(key)
         if kernel is not None:
@@ -78,4 +81,6 @@ class ShapeSpecializingKernel:
 
 
 def _key(arrays) -> tuple:
-    return tuple(np.shape(a) for a in arrays)
+    # ``a.shape`` where there is one, as np.shape reads it, but without np.shape's cost
+    # (0.4 us on an ndarray, 1.3 us on a PyTorch tensor)
+    return tuple([a.shape if hasattr(a, "shape") else np.shape(a) for a in arrays])

@@ -88,6 +88,8 @@ class Kernel:
         return f"Kernel({self.func.name}, {self.lib_path})"
 
     def __call__(self, *arrays, out=None):
+        if type(arrays[0] if arrays else None) is _TENSOR:   # PyTorch's (once one was seen)
+            return _foreign_call(self, arrays, out)
         try:
             args, outputs = self._prepare(arrays, out)
         except _Foreign:            # a tensor or another DLPack/buffer array: viewed, no copy
@@ -331,6 +333,9 @@ def _interop():
 
 
 _INTEROP = None
+# torch.Tensor once interop has seen a tensor (torch is never imported here): a call whose
+# first argument is one goes straight to the tensor path, without the raise of _Foreign
+_TENSOR = None
 
 
 def _foreign(value) -> bool:
@@ -347,8 +352,11 @@ def _foreign(value) -> bool:
 _FOREIGN_TYPES: set = set()
 
 
-def _foreign_call(kernel: Kernel, arrays, out):
-    return _interop().call(kernel, arrays, out, kernel._input_names)
+def _foreign_call(kernel, arrays, out, names=None):
+    """``kernel(*arrays, out=out)`` on tensors or other foreign arrays (`Kernel` and the
+    wrappers of `tdsl.specialize` and `tdsl.per_rank` convert them once, outermost)."""
+    return (_INTEROP or _interop()).call(kernel, arrays, out,
+                                         kernel._input_names if names is None else names)
 
 
 def _type_text(buf: Buffer) -> str:

@@ -65,6 +65,8 @@ def _is_torch_tensor(t: type) -> bool:
     if torch is None or not issubclass(t, torch.Tensor):
         return False
     _TORCH_TENSOR[0], _FROM_NUMPY[0] = torch.Tensor, torch.from_numpy
+    from ..emit_c import kernel
+    kernel._TENSOR = torch.Tensor
     return True
 
 
@@ -183,6 +185,22 @@ def call(kernel, arrays, out, names):
     """Call ``kernel`` (numpy in, numpy out) on ``arrays`` of other kinds: views in, the
     outputs back in the first foreign argument's kind. ``out=`` arrays are viewed too, and
     returned as given. ``names`` name the arguments, for the errors."""
+    T = _TORCH_TENSOR[0]
+    if out is None and T is not None:
+        # the common case, all tensors, contiguous, on the CPU, of numpy's dtypes and
+        # requiring no grad, in C loops: a round trip's Python time is its whole cost
+        try:
+            views = list(map(T.numpy, arrays)) if all(map(T.is_contiguous, arrays)) else None
+        except (TypeError, RuntimeError):      # a non-tensor, grad, device, dtype: worded below
+            views = None
+        if views is not None:
+            try:
+                result = kernel(*views)
+            except CallError as e:
+                raise _dtype_hint(e, "torch") from None
+            if type(result) is np.ndarray:
+                return _FROM_NUMPY[0](result)
+            return tuple(map(_FROM_NUMPY[0], result))
     views, first = _views(arrays, names)
     np_out, first_out = _out_views(out)
     try:
