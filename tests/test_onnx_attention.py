@@ -123,3 +123,51 @@ def test_rotary_3d_interleaved_partial():
     pos = np.array([[0, 4, 9], [3, 3, 1]], np.int64)
     _check("RotaryEmbedding", {"x": x, "cos": cos, "sin": sin, "pos": pos},
            num_heads=4, interleaved=1, rotary_embedding_dim=4)
+
+
+def _sdpa_model(opset=17, mask=True, div=True, probs_out=False, heads_merged=False):
+    """The exporters' attention: MatMul(Q, Transpose(K)) / c [+ mask] -> Softmax -> @ V."""
+    b, h, s, l, d = 2, 3, 4, 5, 8
+    lead = [b * h] if heads_merged else [b, h]
+    r = len(lead) + 2
+    nodes = [helper.make_node("Transpose", ["k"], ["kt"],
+                              perm=list(range(r - 2)) + [r - 1, r - 2]),
+             helper.make_node("MatMul", ["q", "kt"], ["s"]),
+             helper.make_node("Div" if div else "Mul", ["s", "c"], ["ss"])]
+    last = "ss"
+    if mask:
+        nodes.append(helper.make_node("Add", ["m", "ss"], ["sm"]))
+        last = "sm"
+    nodes += [helper.make_node("Softmax", [last], ["p"], axis=-1 if opset >= 13 else r - 1),
+              helper.make_node("MatMul", ["p", "v"], ["y"])]
+    shapes = {"q": lead + [s, d], "k": lead + [l, d], "v": lead + [l, d],
+              "m": [lead[0], 1, l] if heads_merged else [b, 1, 1, l]}
+    ins = [helper.make_tensor_value_info(n, TensorProto.FLOAT, shapes[n])
+           for n in ("q", "k", "v", "m") if n != "m" or mask]
+    outs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, None)
+            for n in (["y", "p"] if probs_out else ["y"])]
+    init = [onnx.numpy_helper.from_array(np.array(np.sqrt(d), np.float32), "c")]
+    model = helper.make_model(helper.make_graph(nodes, "g", ins, outs, init),
+                              opset_imports=[helper.make_opsetid("", opset)])
+    feeds = {n: rng.standard_normal(shapes[n]).astype(np.float32)
+             for n in ("q", "k", "v", "m") if n != "m" or mask}
+    return model, feeds
+
+
+@needs_gcc
+@pytest.mark.parametrize("kw, fused", [
+    ({}, True), ({"opset": 11, "mask": False, "div": False}, True),
+    ({"heads_merged": True}, True),
+    ({"probs_out": True}, False),        # the probabilities are an output: nothing fuses
+])
+def test_exported_attention_subgraph_is_one_op(kw, fused):
+    model, feeds = _sdpa_model(**kw)
+    want = ReferenceEvaluator(model).run(None, feeds)
+    text, params = convert_model(model, "net")
+    body = text[text.index("graph net"):]
+    assert (body.count(" = ") == 1 and "attention_" in body) == fused, body
+    assert ("op softmax" in text) != fused          # the taken-back calls' ops go too
+    got = tdsl.loads(text)["net"].build("c", params=params)(*feeds.values())
+    got = got if isinstance(got, tuple) else (got,)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)

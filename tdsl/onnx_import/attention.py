@@ -11,6 +11,8 @@ the row maximum, and a row whose bias is all -inf gives zeros.
 """
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
 from . import templates as T
@@ -332,3 +334,219 @@ def _rot_body(at, cs, half, rd, hd, interleaved, d):
     c, s_ = cs("C", k), cs("S", k)
     rot = f"select({first}, {c} * {x1} - {s_} * {x2}, {s_} * {x1} + {c} * {x2})"
     return rot if rd == hd else f"select({d} < {rd}, {rot}, {at('b', 's', 'h', d)})"
+
+
+# ---------------------------------------------------------------------------- the exporters'
+# attention subgraph: MatMul(Q, Kt) [* or / a constant] [+ mask] -> Softmax(last axis) ->
+# MatMul(., V), as PyTorch and TensorFlow export scaled dot-product attention, becomes one op
+# when its last MatMul is converted (`fuse_subgraph`): the calls the chain's nodes emitted
+# are taken back out of the graph body, when nothing else reads what they computed.
+
+_LINE = re.compile(r"^    (.+?) = (\w+)\((.*)\)$")
+
+
+def _graph_index(cv):
+    """(producer node of each value, consumer count of each value, graph output names) of
+    the graph being converted (kept for the last conversion only)."""
+    g = cv.graph
+    if _INDEX.get("converter") is not cv:
+        prod, uses = {}, {}
+        for n in g.node:
+            for o in n.output:
+                prod[o] = n
+            for i in n.input:
+                uses[i] = uses.get(i, 0) + 1
+        _INDEX.update(converter=cv, index=(prod, uses, {o.name for o in g.output}))
+    return _INDEX["index"]
+
+
+_INDEX: dict = {}
+
+
+def _static_scalar(cv, name):
+    if name in cv.static and cv.static[name].size == 1 and \
+            cv.static[name].dtype.kind == "f":
+        return float(cv.static[name].reshape(()))
+    return None
+
+
+def _match(cv, node):
+    """The subgraph ending at MatMul ``node``: (q, kt, v, mask, scale ops, absorbed ONNX
+    values) or None."""
+    prod, uses, outputs = _graph_index(cv)
+
+    def single(name):               # computed by a node, read once, not a graph output
+        return name in prod and uses.get(name, 0) == 1 and name not in outputs and \
+            name in cv.tensors and name not in cv.static
+
+    p = node.input[0]
+    if not single(p) or prod[p].op_type != "Softmax":
+        return None
+    sm = prod[p]
+    absorbed = [p]
+    x = sm.input[0]
+    if x not in cv.tensors:
+        return None
+    rank = len(cv.tensors[x].shape)
+    axis = next((at.i for at in sm.attribute if at.name == "axis"),
+                1 if cv.opset < 13 else -1)
+    if axis % max(rank, 1) != rank - 1:
+        return None
+    mask = None
+    scales = []
+    while True:
+        if not single(x):
+            return None
+        n = prod[x]
+        if n.op_type == "Add" and mask is None and not scales:
+            a, b = n.input
+            chain = a if a in prod and prod[a].op_type in ("Mul", "Div", "MatMul") else b
+            other = b if chain == a else a
+            if chain == other:
+                return None
+            mask, x = other, chain
+        elif n.op_type in ("Mul", "Div"):
+            a, b = n.input
+            if _static_scalar(cv, b) is not None:
+                scales.append(("*" if n.op_type == "Mul" else "/", _static_scalar(cv, b)))
+                x = a
+            elif n.op_type == "Mul" and _static_scalar(cv, a) is not None:
+                scales.append(("*", _static_scalar(cv, a)))
+                x = b
+            else:
+                return None
+        elif n.op_type == "MatMul":
+            absorbed.append(x)
+            q, kt = n.input
+            break
+        else:
+            return None
+        absorbed.append(x)
+    if q not in cv.tensors and q not in cv.static or kt not in cv.tensors and \
+            kt not in cv.static:
+        return None
+    return q, kt, node.input[1], mask, scales[::-1], absorbed
+
+
+def _sdpa_text(qs, ks, vs, ms, scales, dt, k_rows: bool = False):
+    """Y = softmax(Q Kt (scales) + M) V over numpy-broadcast batch dimensions, the row
+    maximum subtracted; the normalisation after the product with V."""
+    sq, d = qs[-2:]
+    L, dv = (ks[-2] if k_rows else ks[-1]), vs[-1]
+    batch = tuple(np.broadcast_shapes(qs[:-2], ks[:-2], vs[:-2],
+                                      *([ms[:-2]] if ms is not None and len(ms) > 2 else [])))
+    r = len(batch)
+    i = T.idx(r)
+
+    def sub(shape, tail):
+        head = T.broadcast_index(list(shape[:-2]), r, i)[1:-1] if len(shape) > 2 else ""
+        return ", ".join(x for x in (head, tail) if x)
+
+    score = f"sum[x: {d}](Q[{sub(qs, 'q, x')}] * K[{sub(ks, 'l, x' if k_rows else 'x, l')}])"
+    for op, c in scales:
+        score = f"{score} {op} {T.lit(c, dt)}"
+    params = [f"Q: {T.ty(qs, dt)}", f"K: {T.ty(ks, dt)}", f"V: {T.ty(vs, dt)}"]
+    if ms is not None:
+        params.append(f"M: {T.ty(ms, dt)}")
+        names = (i + ["q", "l"])[r + 2 - len(ms):]       # right-aligned, as numpy
+        msubs = ", ".join("0" if n == 1 else v for n, v in zip(ms, names))
+        score = f"{score} + M[{msubs}]"
+    bq = lambda *t: ", ".join([*i, *t])       # noqa: E731
+    return (f"op {{name}}({', '.join(params)}) -> Y: {T.ty(batch + (sq, dv), dt)} {{\n"
+            f"    S: {T.ty(batch + (sq, L), dt)}\n"
+            f"    S[{bq('q', 'l')}] = {score}\n"
+            f"    Mx: {T.ty(batch + (sq,), dt)}\n"
+            f"    Mx[{bq('q')}] = max[l: {L}](S[{bq('q', 'l')}])\n"
+            f"    E: {T.ty(batch + (sq, L), dt)}\n"
+            f"    E[{bq('q', 'l')}] = exp(S[{bq('q', 'l')}] - Mx[{bq('q')}])\n"
+            f"    Sm: {T.ty(batch + (sq,), dt)}\n"
+            f"    Sm[{bq('q')}] = sum[l: {L}](E[{bq('q', 'l')}])\n"
+            f"    Y[{bq('q', 'y')}] = sum[l: {L}](E[{bq('q', 'l')}] * "
+            f"V[{sub(vs, 'l, y')}]) / Sm[{bq('q')}]\n}}\n"), batch + (sq, dv)
+
+
+def fuse_subgraph(cv, node) -> bool:
+    """Convert MatMul ``node`` as the end of an attention subgraph if it is one (see above);
+    False (nothing done) otherwise."""
+    m = _match(cv, node)
+    if m is None:
+        return False
+    q, kt, v, mask, scales, absorbed = m
+    if v not in cv.tensors and v not in cv.static:
+        return False
+    # K transposed for the product (Transpose of its last two axes) is read in place
+    prod, uses, outputs = _graph_index(cv)
+    k_rows = False
+    tn = prod.get(kt)
+    if tn is not None and tn.op_type == "Transpose" and uses.get(kt, 0) == 1 and \
+            kt not in outputs and kt in cv.tensors and tn.input[0] in cv.tensors:
+        perm = next((list(at.ints) for at in tn.attribute if at.name == "perm"), None)
+        r = len(cv.tensors[kt].shape)
+        if perm == list(range(r - 2)) + [r - 1, r - 2]:
+            absorbed = [kt] + absorbed
+            kt, k_rows = tn.input[0], True
+    qt, kt_t, vt = cv.tensor(q), cv.tensor(kt), cv.tensor(v)
+    mt = cv.tensor(mask) if mask is not None else None
+    dt = qt.dtype
+    if dt not in ("f32", "f64") or any(t.dtype != dt for t in (kt_t, vt, mt) if t):
+        return False
+    if min(len(qt.shape), len(kt_t.shape), len(vt.shape)) < 2 or \
+            qt.shape[-1] != kt_t.shape[-1 if k_rows else -2] or \
+            kt_t.shape[-2 if k_rows else -1] != vt.shape[-2]:
+        return False
+    # the values the chain computed, as the unfused graph would shape them
+    sshape = cv.tensors[absorbed[-1]].shape
+    if mt is not None:
+        try:
+            if tuple(np.broadcast_shapes(sshape, mt.shape)) != sshape:
+                return False
+        except ValueError:
+            return False
+    try:
+        want = tuple(np.broadcast_shapes(sshape[:-2], vt.shape[:-2])) + \
+            (sshape[-2], vt.shape[-1])
+    except ValueError:
+        return False
+    # the lines to take back: those defining the absorbed values and what only they read
+    keep = {t.name for t in (qt, kt_t, vt, mt) if t}
+    parsed, parsed_lines = [], list(cv.lines)
+    for k, line in enumerate(cv.lines):
+        hit = _LINE.match(line)
+        if hit is None:
+            return False
+        outs = hit.group(1).split(", ")
+        args = [a.strip() for a in hit.group(3).split(";")[0].split(",") if a.strip()]
+        parsed.append((outs, args))
+    defined = {o: k for k, (outs, _) in enumerate(parsed) for o in outs}
+    drop, todo = set(), [cv.tensors[p].name for p in absorbed]
+    while todo:
+        name = todo.pop()
+        if name in keep or name not in defined:
+            continue
+        k = defined[name]
+        if k in drop:
+            continue
+        drop.add(k)
+        todo += [a for a in parsed[k][1]]
+    dropped_names = {o for k in drop for o in parsed[k][0]}
+    onnx_outputs = {cv.tensors[o].name for o in _graph_index(cv)[2] if o in cv.tensors}
+    for k, (outs, args) in enumerate(parsed):
+        if k not in drop and dropped_names & set(args):
+            return False                 # something else reads what the chain computed
+    if dropped_names & onnx_outputs or dropped_names & keep:
+        return False
+    text, shape = _sdpa_text(qt.shape, kt_t.shape, vt.shape,
+                                mt.shape if mt is not None else None, scales, dt, k_rows)
+    if shape != want:
+        return False
+    cv.lines[:] = [ln for k, ln in enumerate(cv.lines) if k not in drop]
+    # the ops only the dropped calls used go too
+    used = {_LINE.match(ln).group(2) for ln in cv.lines}
+    for func in {_LINE.match(ln).group(2) for ln in (parsed_lines[k] for k in drop)} - used:
+        for t, name in list(cv.ops.items()):
+            if name == func:
+                del cv.ops[t]
+                cv.op_texts[:] = [o for o in cv.op_texts if not o.startswith(f"op {func}(")]
+    args = [qt, kt_t, vt] + ([mt] if mt is not None else [])
+    cv.call(node.output[0], cv.op("attention", text), args, shape, dtype=dt)
+    return True

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import templates as T
+from . import attention, templates as T
 from .registry import converter, text as _text
 
 
@@ -12,7 +12,8 @@ def _contraction(shapes, subs, out_sub, sizes, dtype) -> str:
     """``Y[out] = sum[contracted](A0[subs0] * A1[subs1] ...)``: ``subs`` are the index
     letters of each operand (a letter of a dimension of size 1 that others broadcast reads
     0), ``out_sub`` those of the result, ``sizes`` every letter's extent."""
-    names = {c: f"i{k}" for k, c in enumerate(sorted(sizes))}
+    order = list(out_sub) + sorted(c for c in sizes if c not in out_sub)
+    names = {c: f"i{k}" for k, c in enumerate(order)}
     params, terms = [], []
     for k, (shape, sub) in enumerate(zip(shapes, subs)):
         params.append(f"A{k}: {T.ty(shape, dtype)}")
@@ -39,6 +40,8 @@ def _numeric(cv, names):
 
 @converter("MatMul")
 def matmul(cv, node, a):
+    if attention.fuse_subgraph(cv, node):       # the end of an exported attention
+        return
     (x, y), dtype = _numeric(cv, node.input[:2])
     xs, ys = x.shape, y.shape
     if not xs or not ys:
