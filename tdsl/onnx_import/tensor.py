@@ -11,7 +11,7 @@ import numpy as np
 from . import templates as T
 from ..lowering.dtypes import to_numpy
 from ..lowering.dtypes import from_numpy
-from .convert import SUPPORTED_DTYPES, tdsl_dtype
+from .convert import SUPPORTED_DTYPES, NeedsConstant, tdsl_dtype
 from .registry import converter, opt as _opt, text
 
 
@@ -229,11 +229,33 @@ def _static_or_refuse(cv, name, why):
     error saying ``why`` it must be known."""
     if cv.is_static(name) or name in cv.input_names:
         return cv.value(name)
+    source = _input_source(cv, name)
+    if source is not None:
+        raise NeedsConstant(cv.error(
+            f"'{name}' is computed from graph input '{source}', but {why}: give that "
+            f"input's value with --const {source}=FILE.npy").args[0], source)
     raise cv.error(f"'{name}' is computed by the graph, but {why}: it must be known at "
                    f"import time")
 
 
 _SHAPE = "it gives the output's shape"
+
+
+def _input_source(cv, name):
+    """A graph input (not given as a constant) that the value ``name`` is computed from,
+    through values that are not static; or None."""
+    producer = {o: n for n in cv.graph.node for o in n.output}
+    seen, todo = set(), [name]
+    while todo:
+        v = todo.pop()
+        if v in seen or cv.is_static(v):
+            continue
+        seen.add(v)
+        if v in cv.input_names:
+            return v
+        if v in producer:
+            todo.extend(i for i in producer[v].input if i)
+    return None
 
 
 def _known(cv, name, why) -> np.ndarray:
