@@ -251,6 +251,11 @@ def _resolve_c(options: dict) -> Target:
     # at dlopen.
     flags += ["-fno-math-errno", "-fno-trapping-math", "-fwrapv", "-fopenmp", "-shared",
               "-fPIC", "-Werror=implicit-function-declaration"]
+    if "__AVX512F__" in macros and _gcc_major(compiler) in range(1, 13):
+        # gcc 12 miscompiles a select of two loads in a short inner loop with AVX-512 masks
+        # (one mask, from the first vector, blends them all: ONNX's PRelu cases gave wrong
+        # numbers); its loop if-conversion is what goes wrong
+        flags.append("-fno-tree-loop-if-convert")
     return Target("c", tuple(sorted(options.items())), arch, lanes, registers,
                   _int_option(options, "l1", l1), _int_option(options, "l2", l2),
                   compiler, tuple(flags), frozenset(m for m in macros if m.startswith(_ISA_MACROS)))
@@ -295,6 +300,21 @@ def _vector_facts(macros: frozenset[str]) -> tuple[int, int]:
 
 
 @functools.lru_cache(maxsize=None)
+@functools.lru_cache(maxsize=None)
+def _gcc_major(compiler: str) -> int:
+    """gcc's major version (0 for another compiler or when it can't be read)."""
+    try:
+        proc = subprocess.run([compiler, "-dumpversion"], capture_output=True, text=True,
+                              timeout=60)
+        macros = subprocess.run([compiler, "-dM", "-E", "-x", "c", "-"], input="",
+                                capture_output=True, text=True, timeout=60).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return 0
+    if "__clang__" in macros or not proc.stdout.strip().split(".")[0].isdigit():
+        return 0
+    return int(proc.stdout.strip().split(".")[0])
+
+
 def compiler_macros(compiler: str, isa_flags: tuple[str, ...]) -> frozenset[str]:
     """The macros ``compiler`` predefines for these ISA flags (defined ones only)."""
     cmd = [compiler, *isa_flags, "-dM", "-E", "-x", "c", "-"]

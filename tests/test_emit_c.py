@@ -626,3 +626,22 @@ def test_vector_sqrt_and_rsqrt_are_whole_vector_code_rounded_as_numpy(target, dt
     with np.errstate(divide="ignore"):
         want = np.sqrt(x) - 1 / np.sqrt(x)
     np.testing.assert_allclose(k(x), want, rtol=4 * np.finfo(x.dtype).eps)
+
+
+def test_a_select_of_two_loads_in_a_short_inner_loop_is_right():
+    """gcc 12 at -O3 with AVX-512 blended a 12 x 5 nest of `c ? A[i] : A[i] * B[i]` with the
+    first vector's mask throughout (ONNX's PRelu cases); the target turns its loop
+    if-conversion off there. Checked on every ISA the host runs."""
+    import tdsl
+    mod = tdsl.loads("""
+op prelu(A: f32[3, 4, 5], B: f32[3, 4, 5]) -> Y: f32[3, 4, 5] {
+    Y[i, j, k] = select(A[i, j, k] > 0.0, A[i, j, k], A[i, j, k] * B[i, j, k])
+}
+""")
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((2, 3, 4, 5)).astype(np.float32)
+    for spec in ("c", "c -march=x86-64-v3"):
+        target = tdsl.Target(spec)
+        if target.unrunnable_reason() is not None:
+            continue
+        np.testing.assert_array_equal(mod["prelu"].build(target)(a, b), np.where(a > 0, a, a * b))
