@@ -263,17 +263,6 @@ def _known(cv, name, why) -> np.ndarray:
     return np.asarray(_static_or_refuse(cv, name, why)).reshape(-1)
 
 
-def _as_static(cv, name) -> bool:
-    """Whether to take ``name`` as a static value: it is one, or it is a scalar graph input
-    (tdsl's built graphs read a rank-0 input at the first call only; such an input is
-    asked for as a constant, `NeedsConstant`)."""
-    if cv.is_static(name):
-        return True
-    if name in cv.input_names and cv.shape(name) == ():
-        cv.value(name)                          # raises NeedsConstant
-    return False
-
-
 def _axis(cv, axis, rank):
     if not -rank <= axis < max(rank, 1):
         raise cv.error(f"axis {axis} is out of range for rank {rank}")
@@ -287,7 +276,7 @@ def _gather(cv, out, data, indices, axis):
     s = list(cv.shape(data))
     axis = _axis(cv, axis, len(s))
     n = s[axis]
-    if _as_static(cv, indices) and _as_static(cv, data):
+    if cv.is_static(indices) and cv.is_static(data):
         idx = cv.static[indices].astype(np.int64)
         if idx.size and not (-n <= idx.min() and idx.max() < n):
             raise cv.error(f"an index out of range for a dimension of size {n}")
@@ -567,7 +556,7 @@ def trilu(cv, node, a):
         raise cv.error(f"an input of rank {len(t.shape)} (rank 2 or more is needed)")
     ins = [("X", t)]
     k = node.input[1] if _opt(node, 1) else None
-    if k is None or _as_static(cv, k):
+    if k is None or cv.is_static(k):
         k = int(cv.static[k].reshape(())) if k else 0
     else:                                       # a diagonal computed by the graph
         kt = _index_tensor(cv, k)
@@ -584,7 +573,6 @@ def trilu(cv, node, a):
 @converter("OneHot", attrs=("axis",))
 def one_hot(cv, node, a):
     depth = int(_known(cv, node.input[1], "the depth decides the output shape")[0])
-    _as_static(cv, node.input[0])
     ind = cv.tensor(node.input[0])
     rank = len(ind.shape) + 1
     axis = _axis(cv, a.get("axis", -1), rank)
