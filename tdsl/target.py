@@ -251,10 +251,10 @@ def _resolve_c(options: dict) -> Target:
     # at dlopen.
     flags += ["-fno-math-errno", "-fno-trapping-math", "-fwrapv", "-fopenmp", "-shared",
               "-fPIC", "-Werror=implicit-function-declaration"]
-    if "__AVX512F__" in macros and _gcc_major(compiler) in range(1, 13):
-        # gcc 12 miscompiles a select of two loads in a short inner loop with AVX-512 masks
-        # (one mask, from the first vector, blends them all: ONNX's PRelu cases gave wrong
-        # numbers); its loop if-conversion is what goes wrong
+    if "__AVX2__" in macros and _gcc_major(compiler) in range(1, 13):
+        # gcc 12 with -fno-trapping-math miscompiles a select of two loads in a short inner
+        # loop on AVX2 and AVX-512 (one mask, from the first vector, blends them all: ONNX's
+        # PRelu cases gave wrong numbers); its loop if-conversion is what goes wrong
         flags.append("-fno-tree-loop-if-convert")
     return Target("c", tuple(sorted(options.items())), arch, lanes, registers,
                   _int_option(options, "l1", l1), _int_option(options, "l2", l2),
