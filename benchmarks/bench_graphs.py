@@ -14,6 +14,17 @@ without its passes). "fused" and "unfused" take Graph.build's default layout; "N
 "NCHW" are the fused graph with the blocked layout pass on and off ("x layout" = NCHW time /
 NCHWc time, > 1 means the blocked layout wins); "direct" is NCHWc with the 3x3 convolutions
 summed directly rather than by Winograd's F(2x2, 3x3) ("x wino" = direct / NCHWc).
+
+    python benchmarks/bench_graphs.py --resnet50 --profile      # and where the time goes
+    python benchmarks/bench_graphs.py --resnet50 --target "c -march=x86-64-v3"   # AVX2 code
+
+``--profile`` times each fused kernel of the default build alone, in the model's order (each
+the best of several passes over the whole graph, so its inputs and weights are as cold as in
+a call of the model), and prints its time, share, GFLOP/s (convolutions and dense layers,
+counted as the direct sum: a Winograd kernel's figure is what the direct sum would need) and
+a total per anchor op. ``--target`` builds for another target than the host's (an AVX2
+build, ``-march=x86-64-v3``, runs on an AVX-512 host too; onnxruntime still picks its own
+kernels for the host, so compare such a build with itself, not with onnxruntime).
 """
 from __future__ import annotations
 
@@ -67,6 +78,58 @@ def ort_runner(model, x):
     return lambda: sess.run(None, {name: x})
 
 
+def kernel_flops(c, group) -> int:
+    """The multiply-adds x 2 of a fused kernel's anchor, as the direct sum; 0 if not a
+    convolution or dense layer."""
+    node = c.ir.nodes[group.anchor]
+    if not node.op.startswith(("conv2d", "depthwise_conv2d", "dense")):
+        return 0
+    out = np.prod(c.ir.shape_of(node.outputs[0], c.sizes))
+    w = c.ir.shape_of(node.inputs[1], c.sizes)
+    if node.op.startswith("conv2d_winograd"):          # U: [4, 4, CB, CI, FB, FI]
+        return int(2 * out * w[2] * w[3] * 9)
+    if node.op.startswith("depthwise"):                # [CB, KH, KW, CI] or [C, 1, KH, KW]
+        return int(2 * out * (w[1] * w[2] if len(w) == 4 and w[1] != 1 else w[2] * w[3]))
+    if node.op.startswith("conv2d_nchwc"):             # [FB, CB, KH, KW, CI, FI]
+        return int(2 * out * w[1] * w[2] * w[3] * w[4])
+    if node.op.startswith("conv2d"):                   # [F, C, KH, KW]
+        return int(2 * out * w[1] * w[2] * w[3])
+    x = c.ir.shape_of(node.inputs[0], c.sizes)         # dense: [M, K]
+    return int(2 * out * x[-1])
+
+
+def profile(name, module, x, target, ghz=None, passes=20):
+    """Each fused kernel timed alone, in the model's order, the best of ``passes`` passes."""
+    module(x)
+    c, _, runs, _ = module._last           # the kernels bound to this call's buffers
+    best = [float("inf")] * len(runs)
+    for _ in range(passes):
+        for i, run in enumerate(runs):
+            t = time.perf_counter()
+            run()
+            best[i] = min(best[i], time.perf_counter() - t)
+    total = sum(best)
+    peak = tdsl.Target(target).peak_gflops(ghz)
+    print(f"\nprofile of {name} ({len(runs)} kernels, {total * 1e3:.2f} ms summed; target "
+          f"'{target}', FMA peak {peak:.0f} GFLOP/s at "
+          f"{f'{ghz} GHz' if ghz else 'the reported clock (--ghz to give the real one)'})")
+    print(f"  {'kernel':<6}{'ms':>8}{'share':>7}{'GFLOP/s':>9}{'%peak':>7}  ops -> output")
+    by_op: dict[str, float] = {}
+    for i, (g, f, t) in enumerate(zip(c.groups, c.functions, best)):
+        anchor = c.ir.nodes[g.anchor]
+        by_op[anchor.op] = by_op.get(anchor.op, 0.0) + t
+        flops = kernel_flops(c, g)
+        rate = f"{flops / t / 1e9:9.1f}{100 * flops / t / 1e9 / peak:6.0f}%" if flops else \
+            f"{'-':>9}{'-':>7}"
+        shape = "x".join(map(str, c.ir.shape_of(f.outputs[0], c.sizes)))
+        attrs = ",".join(f"{k}={v}" for k, v in anchor.attrs)
+        print(f"  k{i:<5}{t * 1e3:8.3f}{100 * t / total:6.1f}%{rate}  {'+'.join(f.ops)} -> "
+              f"{shape}{' ' + attrs if attrs else ''}")
+    print("  per anchor op:")
+    for op, t in sorted(by_op.items(), key=lambda kv: -kv[1]):
+        print(f"    {op:<28}{t * 1e3:8.3f} ms {100 * t / total:5.1f}%")
+
+
 def cases(args):
     g = tdsl.load(ROOT / "examples" / "models" / "small_cnn.tdsl")["small_cnn"]
     yield "small CNN 1x3x32x32", g, g.random_params(), (1, 3, 32, 32), None
@@ -94,6 +157,11 @@ def main(argv=None) -> int:
     p.add_argument("--rounds", type=int, default=10)
     p.add_argument("--threads", type=int, help="threads for tdsl (OpenMP) and onnxruntime "
                    "alike (default: theirs); 1 gives steadier figures on a loaded machine")
+    p.add_argument("--profile", action="store_true",
+                   help="print each fused kernel's time in the default build")
+    p.add_argument("--target", default="c", help="the tdsl target (default: the host)")
+    p.add_argument("--ghz", type=float, help="the clock for --profile's %% of peak (default: "
+                   "the reported one, often the base clock under a hypervisor)")
     args = p.parse_args(argv)
     if args.threads:
         os.environ["OMP_NUM_THREADS"] = str(args.threads)     # read when libgomp loads
@@ -103,11 +171,12 @@ def main(argv=None) -> int:
           f"{'kernels':>10}{'peak/naive':>11}")
     for name, g, params, shape, model in cases(args):
         x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
-        builds = {"NCHWc": g.build(params=params, layout=True),
-                  "direct": g.build(params=params, layout=True, winograd=False),
-                  "NCHW": g.build(params=params, layout=False),
-                  "unfused": g.build(params=params, fuse=False),
-                  "written": g.build(params=params, fuse=False, fold=False, layout=False)}
+        t = args.target
+        builds = {"NCHWc": g.build(t, params=params, layout=True),
+                  "direct": g.build(t, params=params, layout=True, winograd=False),
+                  "NCHW": g.build(t, params=params, layout=False),
+                  "unfused": g.build(t, params=params, fuse=False),
+                  "written": g.build(t, params=params, fuse=False, fold=False, layout=False)}
         ref = g.reference(x, params=params)
         for m in builds.values():
             np.testing.assert_allclose(m(x), ref, rtol=1e-3, atol=1e-3)
@@ -131,6 +200,9 @@ def main(argv=None) -> int:
               f"{ms['unfused'] / ms['fused']:10.2f}{x_ort}"
               f"{len(c.functions):>5}/{len(g.ir.nodes):<4}"
               f"{c.plan.peak_bytes / max(c.plan.naive_bytes, 1):11.2f}", flush=True)
+        if args.profile:
+            profile(name, builds[default], x, t, args.ghz)
+            print(flush=True)
     return 0
 
 
