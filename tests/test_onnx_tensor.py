@@ -94,6 +94,12 @@ def test_bool_tensors_cast_and_move():
     _cast_matrix(list(DTYPES), inputs, lambda src, dst: "bool" in (src, dst))
 
 
+@needs_gcc
+def test_integer_casts_wrap_as_numpy_does():
+    x = {"x_i64": np.array([300, -1, -200, 70000, 2**40 + 5, -129], np.int64)}
+    _cast_matrix(["i64", "i32", "i16", "i8", "u8"], x, lambda src, dst: src == "i64")
+
+
 def test_unsupported_casts_are_refused_naming_the_dtype():
     x = {"x": np.ones(3, np.float32)}
     msg = refusal([helper.make_node("Cast", ["x"], ["y"], to=TensorProto.FLOAT16)], x, ["y"])
