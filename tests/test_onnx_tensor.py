@@ -159,7 +159,7 @@ def test_layout_operators_on_other_dtypes():
     x = rng.integers(-50, 50, (2, 3, 4)).astype(np.int32)
     b = rng.integers(-9, 9, (2, 3, 4)).astype(np.int8)
     inputs = {"x": x, "b": b, "d": rng.integers(0, 9, (1, 8, 2, 3)).astype(np.uint8),
-              "kk": np.array(-2, np.int64)}
+              "kk": np.array(-2, np.int64), "pv": np.array(7, np.int32)}
     nodes = [
         helper.make_node("Transpose", ["x"], ["t"], perm=[2, 0, 1]),
         helper.make_node("Concat", ["b", "b"], ["c"], axis=-1),
@@ -168,6 +168,8 @@ def test_layout_operators_on_other_dtypes():
         helper.make_node("Pad", ["x", "pads_big"], ["p_edge"], mode="edge"),
         helper.make_node("Pad", ["x", "pads_big"], ["p_wrap"], mode="wrap"),
         helper.make_node("Pad", ["b", "pads_ax", "", "axes"], ["p_i8"]),
+        helper.make_node("Neg", ["pv"], ["npv"]),
+        helper.make_node("Pad", ["x", "pads", "npv"], ["p_value"]),   # a computed value
         helper.make_node("Split", ["x"], ["s0", "s1"], axis=2, num_outputs=2),
         helper.make_node("Split", ["x"], ["u0", "u1", "u2"], axis=1, num_outputs=3),
         helper.make_node("Trilu", ["x", "k"], ["tri"], upper=0),
@@ -190,7 +192,7 @@ def test_layout_operators_on_other_dtypes():
              "cond": np.array([1, 0, 1], np.bool_), "lens": np.array([3, 1], np.int64),
              "oh_i": np.array([[1, -1], [5, 0]], np.int64), "depth": np.array(3, np.int64),
              "oh_v": np.array([-1, 2], np.int32)}
-    check(nodes, inputs, ["t", "c", "s", "p_reflect", "p_edge", "p_wrap", "p_i8", "s0",
+    check(nodes, inputs, ["t", "c", "s", "p_reflect", "p_edge", "p_wrap", "p_i8", "p_value", "s0",
                           "s1", "u0", "u1", "u2", "tri", "tri_k", "g_k", "e", "dcr", "crd", "cmp", "rev",
                           "oh"], inits)
 

@@ -618,9 +618,13 @@ def pad(cv, node, a):
     s = list(cv.shape(x))
     pads = a["pads"] if "pads" in a else \
         _known(cv, node.input[1], "the pads decide the output shape").tolist()
-    value = a.get("value", 0.0)
-    if _opt(node, 2):
-        value = _known(cv, node.input[2], "the padding value is written into the op")[0].item()
+    value, vt = a.get("value", 0.0), None
+    if _opt(node, 2) and cv.is_static(node.input[2]):
+        value = cv.static[node.input[2]].reshape(-1)[0].item()
+    elif _opt(node, 2):                         # a padding value computed by the graph
+        vt = cv.tensor(node.input[2])
+        if vt.shape not in ((), (1,)):
+            raise cv.error(f"a padding value of shape {vt.shape} (a scalar is expected)")
     axes = list(range(len(s)))
     if _opt(node, 3):
         axes = [_axis(cv, int(k), len(s))
@@ -632,9 +636,26 @@ def pad(cv, node, a):
         begins[ax], ends[ax] = int(pads[j]), int(pads[j + len(axes)])
     shape = [n + b + e for n, b, e in zip(s, begins, ends)]
     t = cv.tensor(x)
-    if mode == "constant":
+    if mode == "constant" and vt is None:
         cv.call(node.output[0], cv.op("pad", T.pad(s, begins, ends, value, t.dtype)), [t],
                 tuple(shape), dtype=t.dtype)
+        return
+    if mode == "constant":
+        if vt.dtype != t.dtype:
+            raise cv.error(f"a padding value of dtype {vt.dtype} for data of {t.dtype}")
+        o = T.idx(len(s))
+        conds, subs = [], []
+        for k, (n, b) in enumerate(zip(s, begins)):
+            subs.append(o[k] if b == 0 else f"{o[k]} - {b}" if b > 0 else f"{o[k]} + {-b}")
+            if b > 0:
+                conds.append(f"{o[k]} >= {b}")
+            if n + b < shape[k]:
+                conds.append(f"{subs[-1]} < {n}")
+        v = T.at("V", ["0"] if vt.shape else [])
+        body = f"select({' and '.join(conds)}, {T.at('X', subs)}, {v})" if conds else \
+            T.at("X", subs)
+        _emit(cv, node.output[0], "pad_value", [("X", t), ("V", vt)], shape, t.dtype,
+              [f"{T.at('Y', o)} = {body}"])
         return
     if min(begins + ends) < 0:
         raise cv.error(f"negative pads with mode '{mode}' (only with 'constant')")
