@@ -1,5 +1,5 @@
-"""Converters of the neural-network operators: Gemm, MatMul, BatchNormalization,
-Softmax/LogSoftmax, LRN (convolution and pooling are in `conv`)."""
+"""Converters of the neural-network operators: Gemm, BatchNormalization,
+Softmax/LogSoftmax, LRN (convolution and pooling are in `conv`, MatMul in `linalg`)."""
 from __future__ import annotations
 
 import numpy as np
@@ -59,20 +59,27 @@ def batch_norm(cv, node, a):
 @converter("Softmax", "LogSoftmax", attrs=("axis",))
 def softmax(cv, node, a):
     x = cv.tensor(node.input[0])
+    if x.dtype not in ("f32", "f64"):
+        raise cv.error(f"{node.op_type} of {x.dtype}")
     rank, log = len(x.shape), node.op_type == "LogSoftmax"
     axis = a.get("axis", 1 if cv.opset < 13 else -1) % rank
     std = "log_softmax" if log else "softmax"
+
+    def normalise(out, t, axis):
+        if t.dtype == "f32" and len(t.shape) == 2 and axis == 1:
+            cv.call(out, std, [t], t.shape)
+        else:
+            cv.call(out, cv.op(std, T.softmax(list(t.shape), axis, log, t.dtype)), [t],
+                    t.shape, dtype=t.dtype)
     if cv.opset < 13 and axis != rank - 1:
         # before opset 13: the input is flattened to 2-D at axis, normalised per row
         rows = (int(np.prod(x.shape[:axis])), int(np.prod(x.shape[axis:])))
         mid = node.output[0] + "#2d"
         cv.reshape(mid, node.input[0], rows)
-        cv.call(mid + "#sm", std, [cv.tensors[mid]], rows)
+        normalise(mid + "#sm", cv.tensors[mid], 1)
         cv.reshape(node.output[0], mid + "#sm", x.shape)
-    elif rank == 2 and axis == 1:
-        cv.call(node.output[0], std, [x], x.shape)
     else:
-        cv.call(node.output[0], cv.op(std, T.softmax(list(x.shape), axis, log)), [x], x.shape)
+        normalise(node.output[0], x, axis)
 
 
 @converter("LRN", attrs=("alpha", "beta", "bias", "size"))

@@ -191,7 +191,7 @@ def lrn(x_shape, size: int, alpha: float, beta: float, bias: float) -> str:
             f"}}\n")
 
 
-def softmax(shape, axis: int, log: bool) -> str:
+def softmax(shape, axis: int, log: bool, dtype: str = "f32") -> str:
     """Softmax (or log-softmax) along ``axis``, the maximum subtracted first."""
     i = idx(len(shape))
     rest = [v for k, v in enumerate(i) if k != axis]
@@ -199,10 +199,10 @@ def softmax(shape, axis: int, log: bool) -> str:
     at = list(i)
     at[axis] = "k"
     lhs = f"[{', '.join(rest)}]" if rest else ""
-    dims = ty(red) if red else "f32"
+    dims = ty(red, dtype) if red else dtype
     x_k, x_i = f"X[{', '.join(at)}]", f"X[{', '.join(i)}]"
     out = (f"{x_i} - M{lhs} - log(S{lhs})" if log else f"exp({x_i} - M{lhs}) / S{lhs}")
-    return (f"op {{name}}(X: {ty(shape)}) -> Y: {ty(shape)} {{\n"
+    return (f"op {{name}}(X: {ty(shape, dtype)}) -> Y: {ty(shape, dtype)} {{\n"
             f"    M: {dims}\n    M{lhs} = max[k: {shape[axis]}]({x_k})\n"
             f"    S: {dims}\n    S{lhs} = sum[k: {shape[axis]}](exp({x_k} - M{lhs}))\n"
             f"    Y[{', '.join(i)}] = {out}\n}}\n")

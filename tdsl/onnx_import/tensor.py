@@ -77,8 +77,15 @@ def cast(cv, node, a):
 
 @converter("Identity", "Dropout", attrs=("ratio", "seed", "is_test", "training_mode"))
 def identity(cv, node, a):
-    if node.op_type == "Dropout" and a.get("is_test", 1) == 0:
-        raise cv.error("training-mode dropout")
+    if node.op_type == "Dropout":
+        ratio = float(cv.value(node.input[1]).reshape(())) if _opt(node, 1) else \
+            float(a.get("ratio", 0.5))
+        training = bool(cv.value(node.input[2]).reshape(())) if _opt(node, 2) else \
+            a.get("is_test", 1) == 0
+        if training and ratio != 0.0:
+            raise cv.error("training-mode dropout (its mask is random)")
+        if len(node.output) > 1 and node.output[1]:     # the mask keeps every element
+            cv.static[node.output[1]] = np.ones(cv.shape(node.input[0]), bool)
     cv.alias(node.output[0], node.input[0])      # Dropout is a no-op at inference
 
 
