@@ -6,7 +6,6 @@ Skipped as a whole when torch is not installed (``pip install tdsl[torch]``)."""
 from __future__ import annotations
 
 import array
-import ctypes
 import os
 import shutil
 import subprocess
