@@ -15,6 +15,7 @@ Converters are grouped by family, one module each, all registered in `registry`.
 """
 from __future__ import annotations
 
+import re
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -140,6 +141,10 @@ def convert_model(model, name: str, source: str = "an ONNX model",
                     [t], t.shape, dtype=t.dtype)
             t = cv.tensors[o.name + "#copy"]
         outs.append(t)
+    # weights made on the way and then left unread (a rewrite that took another route)
+    # are not the graph's
+    read = set(re.findall(r"\w+", "\n".join(line.split("=", 1)[1] for line in cv.lines)))
+    cv.params = {k: v for k, v in cv.params.items() if k in read}
     return _text(cv, name, source, opset, outs), dict(cv.params)
 
 
