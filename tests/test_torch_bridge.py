@@ -250,17 +250,6 @@ def test_the_cgroup_quota_caps_the_cores(monkeypatch, tmp_path):
     assert omp._cgroup_quota() is None
 
 
-def test_the_bridge_uses_torchs_thread_count():
-    out = _run("""
-        import torch
-        torch.set_num_threads(1)
-        import tdsl.torch
-        from tdsl.emit_c import omp
-        print(omp.thread_count())
-    """, env={"OMP_NUM_THREADS": ""})
-    assert out.strip() == "1"
-
-
 def _second_runtime(tmp: Path) -> Path:
     """libgomp under another soname: the runtime a torch wheel bundling
     libgomp-<hash>.so.1 brings, which the loader does not take for libgomp.so.1."""
@@ -309,18 +298,20 @@ def test_kernels_bind_to_the_openmp_runtime_already_loaded(tmp_path, share):
     assert dynamic == (1 if share else 0)
 
 
-def test_one_runtime_with_torch_in_either_order():
+def test_one_runtime_with_torch_in_either_order_and_torchs_thread_count():
     bundled = [p.name for p in (Path(torch.__file__).parent / "lib").glob("libgomp*")]
     if bundled and "libgomp.so.1" not in bundled:
         pytest.skip(f"this torch bundles {bundled[0]}: the loader maps the system's beside it "
                     "(kernels bind to torch's: test_kernels_bind_to_the_openmp_runtime...)")
-    for first in ("import torch; import tdsl.torch", "import tdsl; import torch"):
+    # torch first, with its thread count changed: the bridge follows it (no OMP_NUM_THREADS)
+    for first in ("import torch; torch.set_num_threads(1); import tdsl.torch",
+                  "import tdsl; import torch; import tdsl.torch"):
         out = _run(f"""
             {first}
             import numpy as np, tdsl, torch
             from tdsl.emit_c import omp
             k = tdsl.loads("op f(X: f32[N]) -> Y: f32[N] {{ Y[i] = X[i] * 2.0 }}")["f"]
             k.build()(np.ones(4096, np.float32)); torch.ones(4096).sum()
-            print(len(omp.loaded_runtimes()))
-        """)
-        assert out.strip() == "1", first
+            print(len(omp.loaded_runtimes()), omp.thread_count() == torch.get_num_threads())
+        """, env={"OMP_NUM_THREADS": ""})
+        assert out.split() == ["1", "True"], first
