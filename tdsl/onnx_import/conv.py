@@ -124,6 +124,49 @@ def _conv_text(xs, ws, ys, strides, pads_lo, dil, group, bias, dtype):
             f"        {load} * W[f, c, {', '.join(ki)}]){tail}\n}}\n")
 
 
+def _conv1d_as_2d(cv, node, x, w, shape, pads, stride, dil, group, bias):
+    """A 1-D f32 convolution (or depthwise one) as std ``conv2d`` of height 1, by the
+    schedule's choice: the generic N-D op's automatic schedule runs a 1-D convolution
+    a few hundred times slower than std conv2d's register-tiled one for the same work.
+    The input is viewed as [N, C, 1, L] with the padding (any, asymmetric too) written
+    along L by the same copy, so the std op runs with padding 0: a height of 1 with a
+    kernel height of 1 gives one output row for every stride and dilation."""
+    n, c, length = x.shape
+    lo, hi = pads
+    f, cg, k = w.shape
+    out = node.output[0]
+    x4 = out + "#x2d"
+    if lo or hi:
+        text = (f"op {{name}}(X: {T.ty([n, c, length], 'f32')}) -> "
+                f"Y: {T.ty([n, c, 1, length + lo + hi], 'f32')} {{\n"
+                f"    Y[n, c, h, w] = " +
+                _guard([e for e in (f"w >= {lo}" if lo else "",
+                                    f"w < {length + lo}" if hi else "") if e],
+                       f"X[n, c, {'w - ' + str(lo) if lo else 'w'}]", "0.0") + "\n}\n")
+        cv.call(x4, cv.op("pad1d", text), [x], (n, c, 1, length + lo + hi))
+    else:
+        text = (f"op {{name}}(X: {T.ty([n, c, length], 'f32')}) -> "
+                f"Y: {T.ty([n, c, 1, length], 'f32')} {{\n    Y[n, c, h, w] = X[n, c, w]\n}}\n")
+        cv.call(x4, cv.op("unsqueeze", text), [x], (n, c, 1, length))
+    w4 = out + "#w2d"
+    cv.reshape(w4, node.input[1], (f, cg, 1, k))
+    y4 = out + "#conv"
+    shape4 = (shape[0], shape[1], 1, shape[2])
+    cv.call(y4, "conv2d" if group == 1 else "depthwise_conv2d",
+            [cv.tensors[x4], cv.tensor(w4)], shape4, _attrs(stride=stride, dilation=dil))
+    if bias:
+        b = cv.tensor(bias)
+        if b.shape != (f,) or b.dtype != "f32":
+            raise cv.error(f"a bias of {b.type}, expected {T.ty([f], 'f32')}")
+        yb = out + "#bias"
+        cv.call(yb, "bias_add", [cv.tensors[y4], b], shape4)
+        y4 = yb
+    # direct subscripts, not a reshape's flat-index arithmetic (a division per element)
+    text = (f"op {{name}}(X: {T.ty(shape4, 'f32')}) -> Y: {T.ty(shape, 'f32')} {{\n"
+            f"    Y[n, f, w] = X[n, f, 0, w]\n}}\n")
+    cv.call(out, cv.op("squeeze", text), [cv.tensors[y4]], shape)
+
+
 @converter("Conv", attrs=("auto_pad", "dilations", "group", "kernel_shape", "pads",
                           "strides"))
 def conv(cv, node, a):
@@ -159,6 +202,9 @@ def conv(cv, node, a):
                 _attrs(stride=sym[1], padding=sym[0], dilation=sym[2]))
         if bias:
             cv.call(node.output[0], "bias_add", [cv.tensors[out], cv.tensor(bias)], shape)
+        return
+    if sp == 1 and x.dtype == "f32" and (group == 1 or (group == c == f and cg == 1)):
+        _conv1d_as_2d(cv, node, x, w, shape, pads, strides[0], dil[0], group, bias)
         return
     args = [x, w]
     if bias:
@@ -1091,3 +1137,23 @@ def max_unpool(cv, node, a):
             f"    Y{lhs} = select(J{lhs} >= 0, X[n, c, {', '.join(dec)}], "
             f"{T.lit(0, x.dtype)})\n}}\n")
     cv.call(node.output[0], cv.op("maxunpool", text), [x, ind], shape, dtype=x.dtype)
+
+
+# ---------------------------------------------------------------------------- CausalConvWithState, AffineGrid
+
+@converter("CausalConvWithState", attrs=("activation",))
+def causal_conv_with_state(cv, node, a):
+    """CausalConvWithState (a depthwise causal 1-D convolution over the past state and the
+    input, an optional SiLU; the new state) as the function body ONNX defines for it
+    (`control.inline_function`): a Concat, a grouped Conv and Slices."""
+    from .control import inline_function
+    inline_function(cv, node, a)
+
+
+@converter("AffineGrid", attrs=("align_corners",))
+def affine_grid(cv, node, a):
+    """AffineGrid as the function body ONNX defines for it (`control.inline_function`);
+    the size input gives the output's shape, so it must be known at import."""
+    from .control import inline_function
+    cv.value(node.input[1])
+    inline_function(cv, node, a)

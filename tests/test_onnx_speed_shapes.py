@@ -1,0 +1,85 @@
+"""The shapes of the code the ONNX importer writes for speed (never timing): which std ops an
+imported node calls, so that it gets their tuned schedules (issues 22 and 23), and that what
+they compute is still right."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+import tdsl  # noqa: E402
+from tdsl.onnx_import import convert_model  # noqa: E402
+
+
+def _model(nodes, inputs, outputs, inits=()):
+    g = helper.make_graph(nodes, "g", inputs, outputs, list(inits))
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _vi(name, shape, dtype=TensorProto.FLOAT):
+    return helper.make_tensor_value_info(name, dtype, shape)
+
+
+def _run(model, *inputs):
+    text, params = convert_model(model, "m")
+    out = tdsl.loads(text)["m"].build("c", params=params)(*inputs)
+    return text, out
+
+
+def _conv1d_ref(x, w, b, stride, dil, pads, group):
+    n, c, length = x.shape
+    f, cg, k = w.shape
+    xp = np.pad(x, ((0, 0), (0, 0), (pads[0], pads[1])))
+    out = (xp.shape[2] - dil * (k - 1) - 1) // stride + 1
+    y = np.zeros((n, f, out), np.float64)
+    fg = f // group
+    for o in range(out):
+        win = xp[:, :, o * stride + np.arange(k) * dil]            # n, c, k
+        for g in range(group):
+            y[:, g * fg:(g + 1) * fg, o] = np.einsum(
+                "nck,fck->nf", win[:, g * cg:(g + 1) * cg], w[g * fg:(g + 1) * fg])
+    return y + (b[None, :, None] if b is not None else 0)
+
+
+@pytest.mark.parametrize("c, f, group, k, stride, dil, pads, bias", [
+    (4, 6, 1, 3, 1, 1, (1, 1), True),          # 'same'
+    (3, 5, 1, 5, 2, 1, (2, 1), False),         # strided, asymmetric
+    (4, 4, 1, 3, 1, 2, (0, 0), True),          # dilated, no padding
+    (6, 6, 6, 3, 1, 1, (1, 1), True),          # depthwise
+    (6, 6, 6, 4, 2, 1, (0, 3), False),         # depthwise, strided, padded on one side
+])
+def test_conv1d_calls_std_conv2d_of_height_1(c, f, group, k, stride, dil, pads, bias):
+    rng = np.random.default_rng(0)
+    length = 17
+    x = rng.standard_normal((2, c, length)).astype(np.float32)
+    w = rng.standard_normal((f, c // group, k)).astype(np.float32)
+    b = rng.standard_normal(f).astype(np.float32) if bias else None
+    y = _conv1d_ref(x, w, b, stride, dil, pads, group)
+    inits = [numpy_helper.from_array(w, "w")] + ([numpy_helper.from_array(b, "b")]
+                                                 if bias else [])
+    node = helper.make_node("Conv", ["x", "w"] + (["b"] if bias else []), ["y"],
+                            kernel_shape=[k], strides=[stride], dilations=[dil],
+                            pads=list(pads), group=group)
+    model = _model([node], [_vi("x", x.shape)], [_vi("y", y.shape)], inits)
+    text, out = _run(model, x)
+    std = "depthwise_conv2d(" if group > 1 else "conv2d("
+    assert f"= {std}" in text, text
+    assert "sum[" not in text                      # no generic N-D reduction op
+    np.testing.assert_allclose(out, y, rtol=1e-4, atol=1e-4)
+
+
+def test_conv1d_grouped_stays_generic():
+    """Groups other than 1 or depthwise: no std op; the generic op, still right."""
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((1, 4, 9)).astype(np.float32)
+    w = rng.standard_normal((4, 2, 3)).astype(np.float32)
+    node = helper.make_node("Conv", ["x", "w"], ["y"], kernel_shape=[3], group=2,
+                            pads=[1, 1])
+    model = _model([node], [_vi("x", x.shape)], [_vi("y", [1, 4, 9])],
+                   [numpy_helper.from_array(w, "w")])
+    text, out = _run(model, x)
+    assert "conv2d(" not in text
+    np.testing.assert_allclose(out, _conv1d_ref(x, w, None, 1, 1, (1, 1), 2),
+                               rtol=1e-4, atol=1e-4)
