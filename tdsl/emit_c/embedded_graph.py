@@ -146,7 +146,7 @@ def _const_array(cname: str, array: np.ndarray, dtype: str) -> str:
     """``static const float w[n] = {...};``, 8 values a line; floats exactly (each literal
     is the float32 value's shortest exact decimal)."""
     flat = np.ascontiguousarray(array).ravel()
-    if dtype in ("f32", "f64"):
+    if dtype in ("f32", "f64", "f16"):
         values = [c_literal(float(x), dtype)[0] for x in flat]
     else:
         values = [str(int(x)) for x in flat]

@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from ..errors import BuildError
 from ..lowering import te
-from ..lowering.dtypes import cast_array, is_float, is_int, to_c, to_numpy
+from ..lowering.dtypes import cast_array, is_float, is_int, is_unsigned, to_c, to_numpy
 from ..lowering.loop_ir import Buffer, BufferLoad, Ramp, ReadFault, split_dtype
 from .helpers import Helpers
 from .lanes import LaneOf, contiguous_base, flat_offset, lanes_of
@@ -32,7 +34,7 @@ C_OPS = {"and": "&&", "or": "||"}
 # or FIRST_READ_FAULT + k when the gather attrs["read_faults"][k] read outside its buffer.
 STATUS_NO_MEMORY = 1
 FIRST_READ_FAULT = 2
-NARROW_INTS = ("i8", "i16", "u8")
+NARROW_INTS = ("i8", "i16", "u8", "u16")
 
 
 class CExpressionPrinter:
@@ -50,6 +52,7 @@ class CExpressionPrinter:
         self.namer = Namer(self.reserved)
         self.nonneg: set[te.Var] = set()       # variables known to be >= 0
         self.by_value: set[int] = set()        # ids of rank-0 buffers passed by value
+        self.half_params: set[int] = set()     # ids of f16 parameters, passed as uint16_t
 
     # ------------------------------------------------------------ hooks
     def vector_type(self, dtype: str) -> str | None:
@@ -107,6 +110,8 @@ class CExpressionPrinter:
         left = self.expr(e.a, prec)
         if scalar == "i64" and lanes == 1 and _constant_only(e.a) and _constant_only(e.b):
             left = f"(int64_t){self.expr(e.a, UNARY)}"    # int literals would multiply in int
+        if scalar == "u16" and e.op == "*":       # promoted to int, 65535 * 65535 overflows
+            left = f"(uint32_t){self.expr(e.a, UNARY)}"
         return self._wrap(f"{left} {e.op} {self.expr(e.b, prec + 1)}", prec, e.dtype)
 
     def division(self, e: te.Binary, scalar: str):
@@ -119,7 +124,7 @@ class CExpressionPrinter:
             return text, MULTIPLICATIVE
         helper = self.helpers.floor_div(scalar, "mod" if op == "%" else "div")
         text = f"{helper}({self.expr(e.a)}, {self.expr(e.b)})"
-        if scalar in ("f32", "f64", "i64"):
+        if scalar in ("f32", "f64", "i64", "u32", "u64"):
             return text, POSTFIX
         return f"({to_c(scalar)}){text}", UNARY     # the i64 result wraps into the type
 
@@ -233,16 +238,22 @@ class CExpressionPrinter:
             return f"(({t})({a[0]} {op} {a[1]}))"
         bits = int(to_numpy(dtype).itemsize) * 8
         inside = f"(uint64_t){a[1]} < {bits}"
-        if name == "shl":                       # through the unsigned type: wraps
-            return f"({inside} ? ({t})((uint{bits}_t){a[0]} << {a[1]}) : ({t})0)"
-        past = f"({t})({a[0]} < 0 ? -1 : 0)" if dtype != "u8" else f"({t})0"
+        if name == "shl":       # through the unsigned type (at least 32 bits: no int promotion)
+            wide = f"(uint{max(bits, 32)}_t)" if bits < 32 else ""
+            return f"({inside} ? ({t})({wide}(uint{bits}_t){a[0]} << {a[1]}) : ({t})0)"
+        past = f"({t})({a[0]} < 0 ? -1 : 0)" if not is_unsigned(dtype) else f"({t})0"
         return f"({inside} ? ({t})({a[0]} >> {a[1]}) : {past})"
 
     # ------------------------------------------------------------ shared pieces
     def element(self, buf: Buffer, indices) -> str:
         """The lvalue of one scalar element."""
         name = self.buffer_name(buf)
-        if id(buf) in self.by_value:
+        if id(buf) in self.half_params:     # the bits of an f16 parameter, as _Float16
+            if id(buf) in self.by_value:
+                return f"((union {{ uint16_t u; _Float16 f; }}){{ .u = {name} }}).f"
+            const = "const " if id(buf) in getattr(self, "inputs", ()) else ""
+            name = f"(({const}_Float16*){name})"
+        elif id(buf) in self.by_value:
             return name
         return f"{name}[{self.expr(flat_offset(buf, tuple(indices)))}]"
 
@@ -262,7 +273,7 @@ class CExpressionPrinter:
                 return e in self.nonneg
             case te.Binary(op, a, b) if op in ("+", "*", "//", "%", "/"):
                 return self.is_nonneg(a) and self.is_nonneg(b)
-        return e.dtype == "u8"
+        return is_unsigned(e.dtype)
 
     def _wrap(self, text: str, prec: int, dtype: str):
         if dtype in NARROW_INTS:
@@ -274,6 +285,9 @@ def c_literal(value, dtype: str) -> tuple[str, int]:
     """A C literal and its precedence (a leading minus or cast makes it a unary expression)."""
     if dtype == "bool":
         return ("true" if value else "false"), ATOM
+    if dtype == "f16":              # a storage type: only a cast or a store sees one
+        text, _ = c_literal(float(np.float16(value)), "f32")
+        return f"(_Float16){text}", UNARY
     if dtype in ("f32", "f64"):
         value = float(value)
         if value != value or value in (math.inf, -math.inf):
@@ -284,6 +298,11 @@ def c_literal(value, dtype: str) -> tuple[str, int]:
             text = repr(value) + ("f" if dtype == "f32" else "")
         return text, UNARY if text.startswith(("-", "(")) else ATOM
     value = int(value)
+    if is_unsigned(dtype):
+        value &= (1 << (8 * to_numpy(dtype).itemsize)) - 1
+        if dtype == "u64" and value >= 2**31:
+            return ("UINT64_MAX" if value == 2**64 - 1 else f"UINT64_C({value})"), POSTFIX
+        return (f"{value}u" if value >= 2**31 else str(value)), ATOM
     if dtype == "i64" and not -2**31 <= value < 2**31:
         return ("INT64_MIN" if value == -2**63 else f"INT64_C({value})"), POSTFIX
     return str(value), UNARY if value < 0 else ATOM

@@ -14,7 +14,7 @@ Each helper pins down a semantic C leaves open or gets wrong for tdsl:
 """
 from __future__ import annotations
 
-from ..lowering.dtypes import FLOATS, int_range, saturation_top, to_c
+from ..lowering.dtypes import FLOATS, UNSIGNED, int_range, saturation_top, to_c
 
 _FLOOR_INT = """\
 {q} int64_t tdsl_floordiv_i64(int64_t a, int64_t b) {{
@@ -28,6 +28,10 @@ _FLOOR_INT = """\
     int64_t r = a % b;
     return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
 }}"""
+
+_FLOOR_UNSIGNED = """\
+{q} {t} tdsl_floordiv_{d}({t} a, {t} b) {{ return b == 0 ? ({t})0 : ({t})(a / b); }}
+{q} {t} tdsl_floormod_{d}({t} a, {t} b) {{ return b == 0 ? ({t})0 : ({t})(a % b); }}"""
 
 _FLOOR_FLOAT = """\
 {q} {t} tdsl_floormod_{d}({t} a, {t} b) {{
@@ -260,7 +264,8 @@ _ALLOC = """\
 }}"""
 
 
-_SIZES = {"f32": 4, "f64": 8, "i8": 1, "i16": 2, "i32": 4, "i64": 8, "u8": 1, "bool": 1}
+_SIZES = {"f32": 4, "f64": 8, "i8": 1, "i16": 2, "i32": 4, "i64": 8, "u8": 1, "u16": 2,
+          "u32": 4, "u64": 8, "f16": 2, "bool": 1}
 
 
 def element_size(dtype: str) -> int:
@@ -280,6 +285,10 @@ def _int_literal(value: int) -> str:
         return "INT64_MIN"
     if value == 2**63 - 1:
         return "INT64_MAX"
+    if value == 2**64 - 1:
+        return "UINT64_MAX"
+    if value >= 2**31:
+        return f"{value}u"
     return "(-2147483647 - 1)" if value == -2**31 else str(value)
 
 
@@ -309,6 +318,9 @@ class Helpers:
         """Name of the floor ``//`` (op "div") or ``%`` (op "mod") helper for ``dtype``."""
         if dtype in FLOATS:
             self._add(f"floor_{dtype}", _FLOOR_FLOAT, dtype)
+            return f"tdsl_floor{op}_{dtype}"
+        if dtype in UNSIGNED:     # floor is C's division; u64 doesn't fit the i64 one
+            self._add(f"floor_{dtype}", _FLOOR_UNSIGNED, dtype)
             return f"tdsl_floor{op}_{dtype}"
         self._add("floor_i64", _FLOOR_INT)
         return f"tdsl_floor{op}_i64"

@@ -76,7 +76,7 @@ class Kernel:
             self._fn = getattr(self._lib, module.name)
             self._from_buffer = self._ffi.from_buffer
             # None for a scalar input, passed by value
-            self._c_types = [self._ffi.typeof(f"{to_c(b.dtype)}[]")
+            self._c_types = [self._ffi.typeof(f"{'uint16_t' if b.dtype == 'f16' else to_c(b.dtype)}[]")
                              if b.shape or i >= func.num_inputs else None
                              for i, b in enumerate(func.params)]
         self._read_faults = func.attrs.get("read_faults", ())
@@ -289,6 +289,8 @@ def _check_input(buf: Buffer, value, dtype: np.dtype):
         raise CallError(f"argument {buf.name} has rank {value.ndim} (shape {value.shape}), "
                         f"expected rank {len(buf.shape)}: {_describe(buf)}")
     if not buf.shape:
+        if buf.dtype == "f16":              # passed as its bits (printer.prototype)
+            return int(value.view(np.uint16))
         return bool(value.view(np.uint8)) if buf.dtype == "bool" else value.item()
     if buf.dtype == "bool":
         value = canonical_bools(value)
@@ -301,11 +303,13 @@ def _scalar_argument(buf: Buffer, value):
     if isinstance(value, np.generic):
         if value.dtype != dtype:
             raise wrong_dtype(f"argument {buf.name}", buf.name, value.dtype, dtype, buf.dtype)
-        return value.item()
+        return int(value.view(np.uint16)) if buf.dtype == "f16" else value.item()
     if buf.dtype == "bool":
         ok = isinstance(value, bool)
-    elif buf.dtype in ("f32", "f64"):
+    elif buf.dtype in ("f32", "f64", "f16"):
         ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if ok and buf.dtype == "f16":
+            return int(np.float16(value).view(np.uint16))
     else:
         info = np.iinfo(dtype)
         ok = isinstance(value, int) and not isinstance(value, bool) and \

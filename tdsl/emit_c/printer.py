@@ -58,6 +58,7 @@ class CFamilyPrinter(CExpressionPrinter):
         inputs = func.params[:func.num_inputs]
         self.inputs = {id(b) for b in inputs}
         self.by_value = {id(b) for b in inputs if not b.shape}
+        self.half_params = {id(b) for b in func.params if b.dtype == "f16"}
         self.nonneg = set(func.shape_vars)
         self.uses_status = False              # set when a heap allocation can fail
         self.loop_kinds: list[ForKind] = []   # kinds of the loops around the statement
@@ -102,6 +103,8 @@ class CFamilyPrinter(CExpressionPrinter):
         params = []
         for i, b in enumerate(self.func.params):
             name, ctype = self.namer.lookup(b), to_c(b.dtype)
+            if b.dtype == "f16":    # its bits: cffi knows no _Float16 (ExprPrinter.element)
+                ctype = "uint16_t"
             if i >= self.func.num_inputs:
                 params.append(f"{self.pointer_space}{ctype}* {self.restrict} {name}")
             elif b.shape:

@@ -7,6 +7,8 @@ a symbolic stand-in for attributes without a default). A rank-generic shape ``*S
 """
 from __future__ import annotations
 
+import dataclasses
+
 from dataclasses import dataclass, field
 
 from ..errors import CheckError, ErrorList, Span
@@ -272,7 +274,7 @@ class Instantiation:
             seen.add(n)
         axes = tuple(te.IterVar(te.Var(n), ext, "data") for n, ext in zip(names, info.shape))
         conv = ExprConverter(self._scope({ax.var.name: ax for ax in axes}), self)
-        body = conv.value(st.expr, info.dtype, f"the value of {info.name}")
+        body = widen_f16(conv.value(st.expr, info.dtype, f"the value of {info.name}"))
         return te.Tensor(info.name, info.shape, info.dtype, te.Compute(axes, body))
 
     def _what(self, n):
@@ -283,6 +285,38 @@ class Instantiation:
 
 class _Skip(Exception):
     """A stage depends on one that failed; its own error was already reported."""
+
+
+def widen_f16(e: te.Expr) -> te.Expr:
+    """A stage value with every f16 computation done in f32 (docs/semantics.md, "f16"):
+    a load of an f16 tensor is widened exactly, f16 literals are rounded to f16 and kept as
+    f32, ``f16(x)`` rounds and widens again, and arithmetic, selects, intrinsics and
+    reductions of f16 become f32 (a reduction accumulates in f32). An f16 value is rounded
+    once, where it is stored: the result is cast back to f16 here."""
+    import numpy as np
+    if not any(x.dtype == "f16" for x in te.walk(e)):
+        return e
+
+    def post(x):
+        if x.dtype != "f16":
+            return None
+        match x:
+            case te.Load():
+                return te.Cast(x, "f32")
+            case te.Const(v):
+                return te.Const(float(np.float16(v)), "f32")
+            case te.Cast(a) if a.dtype == "f16":
+                return a
+            case te.Cast():
+                return te.Cast(x, "f32")
+        return dataclasses.replace(x, dtype="f32")
+
+    out = te.rewrite(e, post)
+    if e.dtype != "f16":
+        return out
+    if isinstance(out, te.Cast) and out.a.dtype == "f16":
+        return out.a                # the rounded value itself: no second rounding
+    return te.Cast(out, "f16")
 
 
 def _dtype(ttype: ast.TensorType) -> str:

@@ -12,12 +12,20 @@ _TABLE = {
     "i32": (np.int32, "int32_t"),
     "i64": (np.int64, "int64_t"),
     "u8": (np.uint8, "uint8_t"),
+    "u16": (np.uint16, "uint16_t"),
+    "u32": (np.uint32, "uint32_t"),
+    "u64": (np.uint64, "uint64_t"),
+    # IEEE half: a storage type. Values are computed in f32 and rounded to f16 where they
+    # are stored (the frontend widens every f16 expression, `frontend.to_te.widen_f16`), so
+    # only loads, stores and casts see f16. C: gcc's `_Float16` (x86-64 and aarch64).
+    "f16": (np.float16, "_Float16"),
     "bool": (np.bool_, "bool"),
 }
 
 DTYPES = tuple(_TABLE)
-FLOATS = ("f32", "f64")
-INTS = ("i8", "i16", "i32", "i64", "u8")
+FLOATS = ("f32", "f64", "f16")
+INTS = ("i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64")
+UNSIGNED = ("u8", "u16", "u32", "u64")
 # Index arithmetic (loop variables, shapes, subscripts) is done in 64-bit signed integers.
 INDEX = "i64"
 
@@ -28,6 +36,15 @@ def is_float(dtype: str) -> bool:
 
 def is_int(dtype: str) -> bool:
     return dtype in INTS
+
+
+def is_unsigned(dtype: str) -> bool:
+    return dtype in UNSIGNED
+
+
+def compute_dtype(dtype: str) -> str:
+    """The dtype a value of ``dtype`` is computed in: f32 for the storage type f16."""
+    return "f32" if dtype == "f16" else dtype
 
 
 def to_numpy(dtype: str) -> np.dtype:

@@ -230,7 +230,7 @@ def _unify(a, b) -> tuple[Expr, Expr]:
 
 
 def _coerce(value, dtype: str):
-    if dtype in ("f32", "f64"):
+    if dtype in ("f32", "f64", "f16"):
         return float(value)
     if dtype == "bool":
         return bool(value)

@@ -21,9 +21,9 @@ def _fmt(e: te.Expr) -> tuple[str, int]:
         case te.Const(value, dtype):
             if dtype == "bool":
                 return ("true" if value else "false"), atom
-            if dtype in ("f32", "f64"):
+            if dtype in ("f32", "f64", "f16"):
                 text = repr(float(value))
-                return (text if dtype == "f32" else f"f64({text})"), atom
+                return (text if dtype == "f32" else f"{dtype}({text})"), atom
             return str(value), atom
         case te.Binary(op, a, b) | te.Compare(op, a, b) | te.Logical(op, a, b):
             p = PRECEDENCE[op]

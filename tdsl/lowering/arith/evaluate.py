@@ -54,7 +54,7 @@ def eval_index(e: te.Expr, env: Mapping[str, int]) -> int:
                 raise UnboundVar(name)
             return env[name]
         case te.Const(value, dtype):
-            if dtype in ("f32", "f64"):
+            if dtype in ("f32", "f64", "f16"):
                 raise NotAnIndex(e)
             return int(value)
         case te.Binary(op, a, b) if op in _INT_BINARY:

@@ -82,7 +82,7 @@ class _Vectorizer:
 
     def store(self, s: Store) -> Store:
         base = self.contiguous(s.indices[0])
-        if base is None:
+        if base is None or s.buffer.dtype == "f16":
             raise _NotVectorizable
         return Store(s.buffer, (self.ramp(base),), self.widen(self.expr(s.value)))
 
@@ -91,6 +91,8 @@ class _Vectorizer:
             return e                       # invariant: stays scalar, broadcast by the user
         match e:
             case BufferLoad(buf, (index,), dt, None):
+                if dt == "f16":
+                    raise _NotVectorizable     # no vector type of the storage type
                 if buf in self.written and self.written[buf] != (index,):
                     raise _NotVectorizable
                 base = self.contiguous(index)
