@@ -22,8 +22,8 @@ from . import templates as T
 
 RESERVED = {"op", "import", "schedule", "for", "as", "knob", "in", "require", "if", "else",
             "graph", "param", "and", "or", "not", "true", "false", "f16", "f32", "f64", "i8",
-            "i16", "i32", "i64", "u8", "bool", "select", "sum", "max", "min", "prod", "inf",
-            "pi", "int", "float"}
+            "i16", "i32", "i64", "u8", "u16", "u32", "u64", "bool", "select", "sum", "max",
+            "min", "prod", "inf", "pi", "int", "float"}
 
 
 class Tensor:
@@ -49,15 +49,17 @@ class NeedsConstant(TdslError):
 def tdsl_dtype(dt, what: str) -> str:
     """The tdsl dtype of numpy dtype ``dt``, or a clear error naming ``what``."""
     name = from_numpy(dt) if np.dtype(dt).kind in "fiub" else None
-    if name is None:
+    if name not in SUPPORTED_DTYPES:
         raise TdslError(f"{what} has dtype {np.dtype(dt)}, which tdsl graphs don't carry "
                         f"(they carry {', '.join(SUPPORTED_DTYPES)})")
     return name
 
 
-# the dtypes an imported graph carries (docs/onnx.md); float16 and the unsigned types wider
-# than a byte are refused by `tdsl_dtype`
-SUPPORTED_DTYPES = ("f32", "f64", "i64", "i32", "i16", "i8", "u8", "bool")
+# the dtypes an imported graph carries (docs/onnx.md): f16 is stored as f16 and computed in
+# f32 (rounded on each store, as onnxruntime's CPU kernels do); bfloat16, the float8 and
+# 4-bit types and strings are refused by `tdsl_dtype`
+SUPPORTED_DTYPES = ("f32", "f64", "f16", "i64", "i32", "i16", "i8", "u8", "u16", "u32", "u64",
+                    "bool")
 
 
 class Converter:

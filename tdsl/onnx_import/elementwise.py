@@ -18,8 +18,9 @@ from . import templates as T
 from .convert import Tensor
 from .registry import converter, opt as _opt, text
 
-FLOATS = ("f32", "f64")
-INTS = ("i64", "i32", "i16", "i8", "u8")
+FLOATS = ("f32", "f64", "f16")
+UNSIGNED = ("u8", "u16", "u32", "u64")
+INTS = ("i64", "i32", "i16", "i8") + UNSIGNED
 
 
 # ---------------------------------------------------------------------------- shared pieces
@@ -98,7 +99,7 @@ def binary(cv, node, a):
         cv.call(node.output[0], "bias_add", [cv.tensor(x), cv.tensor(bias)], sx)
         return
     if node.op_type == "Div" and dtype in INTS:
-        expr = "{0} // {1}" if dtype == "u8" else _INT_DIV
+        expr = "{0} // {1}" if dtype in UNSIGNED else _INT_DIV
     _emit(cv, node.output[0], [x, y], expr, std)
 
 
@@ -119,7 +120,7 @@ def mod(cv, node, a):
         # numpy's mod: C's fmod moved to the divisor's sign
         expr = r if fmod else \
             f"select({r} != 0.0 and ({r} < 0.0) != ({{1}} < 0.0), {r} + {{1}}, {r})"
-    elif fmod and dtype != "u8":
+    elif fmod and dtype not in UNSIGNED:
         # C's remainder (the dividend's sign) from the floored one (the divisor's)
         expr = "select({0} % {1} != 0 and ({0} < 0) != ({1} < 0), {0} % {1} - {1}, {0} % {1})"
     else:
@@ -220,16 +221,16 @@ def unary(cv, node, a):
         _need(cv, node, dtype, FLOATS)
         expr = _FLOAT_FN[op][0]
     else:
-        signed = ("f32", "f64", "i64", "i32", "i16", "i8")
-        _need(cv, node, dtype, signed + ("u8",) if op != "Neg" else signed)
+        signed = ("f32", "f64", "f16", "i64", "i32", "i16", "i8")
+        _need(cv, node, dtype, signed + UNSIGNED if op != "Neg" else signed)
         zero = T.lit(0, dtype)
         if op == "Relu":
             expr = f"max({{0}}, {zero})"
         elif op == "Neg":
             expr = "-{0}"
         elif op == "Abs":
-            expr = "{0}" if dtype == "u8" else "abs({0})"
-        elif dtype == "u8":
+            expr = "{0}" if dtype in UNSIGNED else "abs({0})"
+        elif dtype in UNSIGNED:
             expr = "select({0} > 0, 1, 0)"
         else:                                           # Sign; NaN stays NaN
             one = T.lit(1, dtype)

@@ -17,7 +17,7 @@ def lit(v, dtype: str = "f32") -> str:
     ``0.0 / 0.0``), an integer as digits, a bool as ``true``/``false``."""
     if dtype == "bool":
         return "true" if v else "false"
-    if dtype not in ("f32", "f64"):
+    if dtype not in ("f32", "f64", "f16"):
         return str(int(v))
     v = float(v)
     if math.isnan(v):
