@@ -550,3 +550,15 @@ def fuse_subgraph(cv, node) -> bool:
     args = [qt, kt_t, vt] + ([mt] if mt is not None else [])
     cv.call(node.output[0], cv.op("attention", text), args, shape, dtype=dt)
     return True
+
+
+# ---------------------------------------------------------------------------- LinearAttention
+
+@converter("LinearAttention", attrs=("chunk_size", "kv_num_heads", "q_num_heads", "scale",
+                                     "update_rule"))
+def linear_attention(cv, node, a):
+    """LinearAttention (linear, gated, delta, gated_delta update rules; GQA/MQA; a past
+    state) as the function body ONNX defines for it: a Scan over the sequence, unrolled
+    (`control.inline_function`)."""
+    from .control import inline_function
+    inline_function(cv, node, a)
