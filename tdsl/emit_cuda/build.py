@@ -11,6 +11,7 @@ from ..emit_c.device_kernel import DeviceKernel
 from ..emit_c.printer import fixed_shapes
 from ..errors import BuildError
 from ..lowering.device import split_kernels
+from ..lowering.dtypes import refuse_f16
 from ..lowering.loop_ir import LoweredFunc
 from ..target import as_target
 from .host import CudaHost, CudaHostC
@@ -26,6 +27,7 @@ class CudaSource:
 
 def emit_cuda(func: LoweredFunc, shapes: dict | None = None, target=None) -> CudaSource:
     target = as_target(target or "cuda")
+    refuse_f16(func, "CUDA")
     dev = split_kernels(func)
     check_limits(dev, target)
     host = CudaHostC(func, shapes, target)

@@ -47,6 +47,20 @@ def compute_dtype(dtype: str) -> str:
     return "f32" if dtype == "f16" else dtype
 
 
+def refuse_f16(func, backend: str) -> None:
+    """A `BuildError` when a loop-IR function holds f16 buffers: ``backend`` (OpenCL, CUDA,
+    c-embedded) has no half-precision support in tdsl yet (the host C target has, through
+    gcc's ``_Float16``)."""
+    from ..errors import BuildError
+    from .loop_ir import Allocate, walk_stmt
+    bufs = [*func.params, *(s.buffer for s in walk_stmt(func.body) if isinstance(s, Allocate))]
+    names = [b.name for b in bufs if b.dtype == "f16"]
+    if names:
+        raise BuildError(f"{func.name}: f16 tensors ({', '.join(names)}) are not supported on "
+                         f"{backend}; only the C target stores f16",
+                         hint="build for the C target, or cast to f32 before the kernel")
+
+
 def to_numpy(dtype: str) -> np.dtype:
     return np.dtype(_TABLE[dtype][0])
 
