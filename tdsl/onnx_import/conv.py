@@ -1157,23 +1157,3 @@ def affine_grid(cv, node, a):
     from .control import inline_function
     cv.value(node.input[1])
     inline_function(cv, node, a)
-
-
-# ---------------------------------------------------------------------------- CausalConvWithState, AffineGrid
-
-@converter("CausalConvWithState", attrs=("activation",))
-def causal_conv_with_state(cv, node, a):
-    """CausalConvWithState (a depthwise causal 1-D convolution over the past state and the
-    input, an optional SiLU; the new state) as the function body ONNX defines for it
-    (`control.inline_function`): a Concat, a grouped Conv and Slices."""
-    from .control import inline_function
-    inline_function(cv, node, a)
-
-
-@converter("AffineGrid", attrs=("align_corners",))
-def affine_grid(cv, node, a):
-    """AffineGrid as the function body ONNX defines for it (`control.inline_function`);
-    the size input gives the output's shape, so it must be known at import."""
-    from .control import inline_function
-    cv.value(node.input[1])
-    inline_function(cv, node, a)
