@@ -25,7 +25,7 @@ import numpy as np
 from ..errors import TdslError, TdslWarning
 # the family modules register their converters when imported
 from . import (activations, attention, conv, elementwise, nn, normalization,  # noqa: F401
-               linalg, quantized, recurrent, reductions, tensor)
+               linalg, quantized, recurrent, reductions, tensor, qdq)
 from . import control, signal  # noqa: F401,E402  (If/Loop/Scan; DFT, STFT, windows)
 from . import templates as T
 from .convert import Converter, NeedsConstant, Tensor, tdsl_dtype
