@@ -138,3 +138,40 @@ def einsum(cv, node, a):
     text = _contraction([t.shape for t in ts], subs, out, sizes, dtype)
     cv.call(node.output[0], cv.op("einsum", text), ts, tuple(sizes[c] for c in out),
             dtype=dtype)
+
+
+# ---------------------------------------------------------------------------- Det
+
+def _det_expr(m: int, at) -> str:
+    """The determinant of an m x m matrix (m <= 3) whose element (r, c) is ``at(r, c)``."""
+    if m == 1:
+        return at(0, 0)
+    if m == 2:
+        return f"{at(0, 0)} * {at(1, 1)} - {at(0, 1)} * {at(1, 0)}"
+    terms = []
+    for c in range(3):
+        c1, c2 = (c + 1) % 3, (c + 2) % 3
+        terms.append(f"{at(0, c)} * ({at(1, c1)} * {at(2, c2)} - {at(1, c2)} * {at(2, c1)})")
+    return " + ".join(terms)
+
+
+@converter("Det")
+def det(cv, node, a):
+    """Det of [..., M, M] matrices in closed form for M <= 3 (cofactors); larger ones
+    would need LU with pivoting chosen by the data, which is refused."""
+    x = cv.tensor(node.input[0])
+    s = x.shape
+    if len(s) < 2 or s[-1] != s[-2]:
+        raise cv.error(f"Det of a {x.type} (square matrices in the last two axes)")
+    if x.dtype not in ("f32", "f64"):
+        raise cv.error(f"Det of {x.dtype} (supported: f32, f64)")
+    m = s[-1]
+    if m > 3:
+        raise cv.error(f"Det of {m}x{m} matrices (closed forms up to 3x3; larger ones "
+                       f"need LU with data-dependent pivoting)")
+    out = list(s[:-2])
+    i = [f"i{k}" for k in range(len(out))]
+    expr = _det_expr(m, lambda r, c: f"X[{', '.join(i + [str(r), str(c)])}]")
+    text = (f"op {{name}}(X: {T.ty(s, x.dtype)}) -> Y: {T.ty(out, x.dtype)} {{\n"
+            f"    {T.at('Y', i)} = {expr}\n}}\n")
+    cv.call(node.output[0], cv.op("det", text), [x], out, dtype=x.dtype)

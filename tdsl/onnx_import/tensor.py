@@ -780,3 +780,71 @@ def unique(cv, node, a):
     for name, v in zip(node.output, results):
         if name:
             cv.static[name] = v
+
+
+# ---------------------------------------------------------------------------- TensorScatter, BitCast
+
+@converter("TensorScatter", attrs=("axis", "mode"))
+def tensor_scatter(cv, node, a):
+    """The update written into the cache along ``axis`` from each batch's write index
+    (mode linear, or circular: modulo the cache's length); the rest copied."""
+    mode = text(a.get("mode", "linear"))
+    if mode not in ("linear", "circular"):
+        raise cv.error(f"mode '{mode}' (linear or circular)")
+    past, upd = cv.tensor(node.input[0]), cv.tensor(node.input[1])
+    r = len(past.shape)
+    axis = _axis(cv, int(a.get("axis", -2)), r) % r
+    if axis == 0:
+        raise cv.error("axis 0 (the batch axis the write indices are per)")
+    if len(upd.shape) != r or upd.dtype != past.dtype or \
+            any(u != p for k, (u, p) in enumerate(zip(upd.shape, past.shape)) if k != axis) \
+            or upd.shape[axis] > past.shape[axis]:
+        raise cv.error(f"an update {upd.type} for a cache {past.type}")
+    m, u = past.shape[axis], upd.shape[axis]
+    i = T.idx(r)
+    ins = [("P", past), ("U", upd)]
+    w = _opt(node, 2)
+    if w is None:
+        start = "0"
+    else:
+        wt = _index_tensor(cv, w)
+        if wt.shape != (past.shape[0],):
+            raise cv.error(f"write_indices of shape {list(wt.shape)} (one per batch)")
+        ins.append(("W", wt))
+        start = _i64(f"W[{i[0]}]", wt.dtype)
+    d = f"{i[axis]} - {start}"
+    if mode == "circular":
+        d = f"({i[axis]} - {start} % {m} + {m}) % {m}"
+    sub = list(i)
+    sub[axis] = f"min(max(D, 0), {u - 1})"
+    lines = [f"{T.at('Y', i)} = select({d} >= 0 and {d} < {u}, "
+             f"{T.at('U', [s.replace('D', d) for s in sub])}, {T.at('P', i)})"]
+    _emit(cv, node.output[0], "tensor_scatter", ins, past.shape, past.dtype, lines)
+
+
+@converter("BitCast", attrs=("to",))
+def bit_cast(cv, node, a):
+    """A reinterpretation of the bits between integer types of one width (a wrapping
+    cast: two's complement) and from bool to a byte; between floats and integers tdsl has
+    no reinterpretation of bits, so it is refused."""
+    from onnx import helper
+    x = node.input[0]
+    try:
+        to = np.dtype(helper.tensor_dtype_to_np_dtype(a["to"]))
+    except (KeyError, ValueError, TypeError):
+        raise cv.error(f"a bit cast to ONNX type {a.get('to')}") from None
+    src = np.dtype(to_numpy(cv.dtype(x)))
+    if src.itemsize != to.itemsize:
+        raise cv.error(f"a bit cast from {src} to {to} (their widths differ)")
+    if cv.is_static(x):
+        cv.static[node.output[0]] = np.ascontiguousarray(cv.static[x]).view(to)
+        return
+    ok = (src.kind in "iu" and to.kind in "iu") or (src.kind == "b" and to.kind in "iu")
+    if not ok:
+        raise cv.error(f"a bit cast from {src} to {to}: tdsl has no reinterpretation of "
+                       f"bits between floats and integers (or to bool)")
+    dtype = tdsl_dtype(to, "the bit cast's target type")
+    if dtype == cv.dtype(x):
+        cv.alias(node.output[0], x)
+        return
+    cv.elementwise(node.output[0], [x], f"{dtype}({{0}})", f"bitcast_{dtype}", dtype)
