@@ -110,7 +110,7 @@ class CExpressionPrinter:
         left = self.expr(e.a, prec)
         if scalar == "i64" and lanes == 1 and _constant_only(e.a) and _constant_only(e.b):
             left = f"(int64_t){self.expr(e.a, UNARY)}"    # int literals would multiply in int
-        if scalar == "u16" and e.op == "*":       # promoted to int, 65535 * 65535 overflows
+        if scalar == "u16" and e.op == "*" and lanes == 1:   # int promotion: 65535 * 65535
             left = f"(uint32_t){self.expr(e.a, UNARY)}"
         return self._wrap(f"{left} {e.op} {self.expr(e.b, prec + 1)}", prec, e.dtype)
 

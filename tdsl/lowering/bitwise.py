@@ -26,7 +26,9 @@ def shr(x, n) -> np.ndarray:
     x = np.asarray(x)
     ok, s = _in_range(x, n)
     r = np.right_shift(x, s.astype(x.dtype))
-    return np.where(ok, r, np.where(x < 0, -1, 0)).astype(x.dtype)
+    past = np.where(x < 0, -1, 0).astype(x.dtype) if x.dtype.kind == "i" else \
+        np.zeros_like(x)       # not through int64 and -1: u64 would mix into float64
+    return np.where(ok, r, past).astype(x.dtype)
 
 
 FUNCTIONS = {"bitand": np.bitwise_and, "bitor": np.bitwise_or, "bitxor": np.bitwise_xor,

@@ -117,6 +117,8 @@ def saturating_cast(x, int_dtype: str) -> np.ndarray:
     """numpy floats ``x`` as ``int_dtype`` under the rule above (numpy's own ``astype`` is
     undefined there and gives INT_MIN on x86)."""
     x = np.asarray(x)
+    if x.dtype == np.float16:       # exactly, as f16 is computed (f32's rules, its range)
+        x = x.astype(np.float32)
     lo, hi = int_range(int_dtype)
     top = saturation_top(from_numpy(x.dtype) or "f64", int_dtype)
     with np.errstate(invalid="ignore"):

@@ -287,7 +287,9 @@ def _lowered(intrin) -> LoweredFunc:
 def _cast(x, dtype: str):
     base, lanes = split_dtype(dtype)
     if base == INDEX and lanes == 1 and np.ndim(x) == 0:
-        return int(cast_array(x, base)) if isinstance(x, (float, np.floating)) else int(x)
+        if isinstance(x, (float, np.floating, np.unsignedinteger)):   # saturate / wrap
+            return int(cast_array(x, base))
+        return int(x)
     if np.ndim(x) == 0:
         return cast_array(x, base)[()]
     return cast_array(x, base)      # float -> int saturates
