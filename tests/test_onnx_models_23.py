@@ -67,11 +67,16 @@ def _qdq_graph(batch):
 
 def test_qdq_pattern_is_compiled_as_integer_ops():
     """Every DequantizeLinear -> Conv/Gemm -> QuantizeLinear is one integer op: no float
-    convolution or dense is left, and the weights stay int8."""
+    convolution or dense is left, and the weights stay int8; DequantizeLinear -> MaxPool /
+    Flatten -> QuantizeLinear of one scale is the op on the integers."""
     _, text, params = _qdq_graph(2)
     body = text[text.index("graph cnn_qdq"):]
     assert body.count("qlinear_conv_") == 2 and body.count("qdq_matmul_") == 1
     assert "conv2d(" not in body and "dense(" not in body and "gemm" not in body
+    # MaxPool and Flatten run on the int8 values: the one QuantizeLinear left is the
+    # input's, the one DequantizeLinear the output's
+    assert body.count("= quantize_") == 1 and body.count("= dequantize_") == 1
+    assert "max_pool2d(" not in body
     weights = {k: v for k, v in params.items() if "weight_quantized" in k}
     assert len(weights) == 3 and all(v.dtype == np.int8 for v in weights.values())
     assert not any(v.dtype == np.float32 and v.size > 16 for v in params.values())

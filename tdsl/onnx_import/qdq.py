@@ -20,9 +20,13 @@ reader, the QuantizeLinear, with a per-tensor scale and zero point; Gemm has alp
 defines it. A DequantizeLinear whose readers are all fused is not emitted; one of a
 constant is computed at import.
 
+DequantizeLinear -> MaxPool | Flatten | Reshape | Transpose | Squeeze | Unsqueeze ->
+QuantizeLinear of one per-tensor scale and zero point is that op on the integers (exact:
+quantize(dequantize(q)) is q, and dequantize is increasing).
+
 Registration: this module wraps the converters of DequantizeLinear, QuantizeLinear, Conv,
-Gemm, MatMul and Relu in `registry.CONVERTERS` (their families stay theirs) and must be
-imported after them.
+Gemm, MatMul, Relu and the moves above in `registry.CONVERTERS` (their families stay
+theirs), so it is imported after them.
 """
 from __future__ import annotations
 
@@ -169,6 +173,42 @@ def _match(cv, node):
     return SimpleNamespace(node=node, x=x, w=w, bias=bias, relu=relu, q=q, attrs=a)
 
 
+# operators that move or select values: on the integers of one scale and zero point they
+# are what they are on the dequantized floats, and quantize(dequantize(q)) is q
+_MOVES = ("MaxPool", "Flatten", "Reshape", "Transpose", "Squeeze", "Unsqueeze")
+
+
+def _match_move(cv, node):
+    """DequantizeLinear -> MaxPool | Flatten | Reshape ... -> QuantizeLinear of the same
+    per-tensor scale and zero point (what quantize_static writes around them): the op on
+    the integers. None if not."""
+    st = _state(cv)
+    if node.op_type not in _MOVES or node.domain not in ("", "ai.onnx") or \
+            len(node.output) != 1:
+        return None
+    x = _dq_of(cv, st, node.input[0])
+    q = _sole_reader(st, node.output[0], "QuantizeLinear")
+    if x is None or q is None or not x.z or not opt(q, 2):
+        return None
+    qa = _attrs(q)
+    if int(qa.get("block_size", 0)) or "output_dtype" in qa:
+        return None
+    xs, xz, ys, yz = (_static(cv, n) for n in (x.s, x.z, q.input[1], q.input[2]))
+    if not (_scalar(xs, (np.float32,)) and _scalar(ys, (np.float32,)) and
+            _scalar(xz, _INT8) and _scalar(yz, _INT8)) or xz.dtype != yz.dtype or \
+            xs.reshape(-1)[0] != ys.reshape(-1)[0] or not xs.reshape(-1)[0] > 0 or \
+            xz.reshape(-1)[0] != yz.reshape(-1)[0]:
+        return None
+    if x.q in cv.tensors and cv.tensors[x.q].dtype != {np.int8: "i8", np.uint8: "u8"}[
+            xz.dtype.type]:
+        return None
+    return SimpleNamespace(node=node, x=x, q=q, move=True)
+
+
+def _fusable(cv, node):
+    return _match(cv, node) is not None or _match_move(cv, node) is not None
+
+
 def _materialize(cv, names):
     """Emit the deferred DequantizeLinear nodes among ``names`` (a fusion not taken)."""
     st = _state(cv)
@@ -273,7 +313,7 @@ def _dequantize_qdq(cv, node, a):
     out = node.output[0]
     readers = st["readers"].get(out, [])
     if readers and out not in st["outputs"] and \
-            all(_match(cv, r) is not None for r in readers):
+            all(_fusable(cv, r) for r in readers):
         st["deferred"][out] = node          # read only by fused ops: not emitted
         return
     if not _fold_dequantize(cv, node, a):
@@ -299,6 +339,21 @@ def _wrap_float(fn):
     return convert
 
 
+def _wrap_move(fn):
+    def convert(cv, node, a):
+        m = _match_move(cv, node)
+        if m is None:
+            _materialize(cv, node.input)
+            return fn(cv, node, a)
+        _materialize(cv, node.input[1:])
+        fn(cv, SimpleNamespace(input=[m.x.q, *node.input[1:]], output=[m.q.output[0]],
+                               name=node.name, op_type=node.op_type, domain=node.domain,
+                               attribute=node.attribute), a)
+        _state(cv)["done"].add(id(m.q))
+    convert.__wrapped__ = fn
+    return convert
+
+
 def _wrap_done(fn):
     def convert(cv, node, a):
         if id(node) in _state(cv)["done"]:
@@ -314,3 +369,5 @@ CONVERTERS["QuantizeLinear"] = _quantize_qdq
 for _op in ("Conv", "Gemm", "MatMul"):
     CONVERTERS[_op] = _wrap_float(CONVERTERS[_op])
 CONVERTERS["Relu"] = _wrap_done(CONVERTERS["Relu"])
+for _op in _MOVES:
+    CONVERTERS[_op] = _wrap_move(CONVERTERS[_op])
