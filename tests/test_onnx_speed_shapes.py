@@ -83,3 +83,19 @@ def test_conv1d_grouped_stays_generic():
     assert "conv2d(" not in text
     np.testing.assert_allclose(out, _conv1d_ref(x, w, None, 1, 1, (1, 1), 2),
                                rtol=1e-4, atol=1e-4)
+
+
+def test_linear_matmul_calls_std_dense():
+    """X[B, S, K] @ W[K, N] with constant W (a Linear layer): std dense on the rows, whose
+    weights the graph packs once (dense_packed), not a generated matmul op."""
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((2, 5, 8)).astype(np.float32)
+    w = rng.standard_normal((8, 6)).astype(np.float32)
+    b = rng.standard_normal(6).astype(np.float32)
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["m"]),
+             helper.make_node("Add", ["m", "b"], ["y"])]
+    model = _model(nodes, [_vi("x", x.shape)], [_vi("y", [2, 5, 6])],
+                   [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")])
+    text, out = _run(model, x)
+    assert "= dense(" in text and "sum[" not in text, text
+    np.testing.assert_allclose(out, x @ w + b, rtol=1e-4, atol=1e-4)
