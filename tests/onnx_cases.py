@@ -208,13 +208,59 @@ def run_all(names: list[str], workers: int = 2, log_dir: Path | None = None
     return results
 
 
+DOC = HERE.parent / "docs" / "onnx.md"
+BEGIN, END = "<!-- conformance: begin -->", "<!-- conformance: end -->"
+
+
+def write_doc(all_cases, results) -> None:
+    """docs/onnx.md's generated part: the counts, and each operator with a converter with
+    its cases passing."""
+    import onnx
+
+    from tdsl.onnx_import import CONVERTERS, FAMILY
+    totals = Counter(results[c.name][0] for c in all_cases)
+    by_op = defaultdict(Counter)
+    for c in all_cases:
+        by_op[c.op][results[c.name][0]] += 1
+    passing = sorted(op for op, n in by_op.items() if n["pass"])
+    dtypes = Counter()
+    for c in all_cases:
+        for a in c.inputs:
+            if isinstance(a, np.ndarray):
+                dtypes[(str(a.dtype), results[c.name][0] == "pass")] += 1
+    lines = [BEGIN, "",
+             f"With onnx {onnx.__version__}: **{totals['pass']} of {len(all_cases)}** generated "
+             f"node cases pass ({totals['pass'] / len(all_cases):.1%}); {totals['refused']} "
+             f"are refused with a clear error, {totals['wrong']} give a wrong answer, "
+             f"{totals['error'] + totals['crash']} fail otherwise. "
+             f"**{len(passing)} of {len(by_op)}** operators have a passing case. "
+             "Regenerate with `python tests/onnx_cases.py --doc`.", "",
+             "| operator | family | cases passing |", "|---|---|---|"]
+    for op in sorted(set(CONVERTERS) | set(passing)):
+        n = by_op.get(op, Counter())
+        total = sum(n.values())
+        cell = f"{n['pass']} of {total}" if total else "no case"
+        lines.append(f"| {op} | {FAMILY.get(op, '')} | {cell} |")
+    lines += ["", "Input arrays of the cases by dtype (passing / all):", "",
+              "| dtype | passing | all |", "|---|---|---|"]
+    for dt in sorted({d for d, _ in dtypes}):
+        lines.append(f"| {dt} | {dtypes[(dt, True)]} | {dtypes[(dt, True)] + dtypes[(dt, False)]} |")
+    lines += ["", END]
+    text = DOC.read_text()
+    head, _, rest = text.partition(BEGIN)
+    _, _, tail = rest.partition(END)
+    DOC.write_text(head + "\n".join(lines) + tail)
+    print(f"wrote the conformance table of {DOC}")
+
+
 def main(argv) -> int:
     if argv[:1] == ["--worker"]:
         _worker(sys.stdin.read().split(), argv[1])
         return 0
     import time
     write = "--write-expected" in argv
-    argv = [a for a in argv if a != "--write-expected"]
+    doc = "--doc" in argv
+    argv = [a for a in argv if a not in ("--write-expected", "--doc")]
     only = set(argv)
     all_cases = [c for c in cases() if not only or c.name in only or c.op in only]
     t = time.time()
@@ -244,6 +290,8 @@ def main(argv) -> int:
         EXPECTED.write_text("\n".join(head + [f"{n}  # {keep[n]}" for n in sorted(keep)])
                             + "\n")
         print(f"wrote {len(keep)} expected refusals to {EXPECTED}")
+    if doc:
+        write_doc(all_cases, results)
     out = Path(os.environ.get("TDSL_ONNX_RESULTS", "/tmp/tdsl-onnx-results.json"))
     out.write_text(json.dumps(results, indent=0))
     print(f"outcomes of every case: {out}")

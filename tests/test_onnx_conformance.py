@@ -4,6 +4,9 @@ imported, built for C, called and compared with its recorded outputs (`onnx_case
 A case passes, or is in tests/onnx_expected_refusals.txt with its reason and is refused with
 a clear `TdslError`. A listed case that passes fails here, so the list only shrinks; a wrong
 answer or a raw exception is never allowed. `python tests/onnx_cases.py` prints the counts.
+
+The ``_expanded`` cases (an operator as the function body ONNX defines: many small nodes,
+several kernels to build each) run under ``-m slow``; the default run has every other case.
 """
 from __future__ import annotations
 
@@ -20,7 +23,8 @@ EXPECTED = onnx_cases.expected_refusals()
 
 
 @pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
-@pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow)
+                                  if "_expanded" in n else n for n in sorted(CASES)])
 def test_onnx_node_case(name):
     status, detail = onnx_cases.run_case(CASES[name])
     if name in EXPECTED:
