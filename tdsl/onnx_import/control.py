@@ -71,7 +71,7 @@ def _ask_constant(cv, node, e) -> None:
             continue
         seen.add(v)
         if v in cv.input_names:
-            raise NeedsConstant(f"{e.args[0]}; it is computed from the graph input '{v}': "
+            raise NeedsConstant(f"{e.message}; it is computed from the graph input '{v}': "
                                 f"give its value with --const {v}=FILE.npy", v) from None
         if v in producer:
             todo.extend(i for i in producer[v].input if i)
@@ -169,7 +169,14 @@ def inline_function(cv, node, attrs=None) -> None:
     outer_scope = cv.__dict__.get("_onnx_scope", {})
     try:
         for sub in nodes:
-            convert_node(cv, sub)
+            try:
+                convert_node(cv, sub)
+            except NeedsConstant:
+                raise
+            except TdslError as e:           # named as the node of the model
+                cv.node, cv.count = outer_node, outer_count
+                raise cv.error(f"in its ONNX function body: {e.message}") \
+                    from None
     finally:
         cv._onnx_scope = outer_scope
         cv.node, cv.count = outer_node, outer_count
