@@ -163,3 +163,28 @@ def test_random_int8_weights_span_the_int8_range():
     w = kws().random_params()
     int8 = [a for a in w.values() if a.dtype == np.int8]
     assert int8 and all(a.min() < -64 and a.max() > 64 for a in int8 if a.size > 100)
+
+
+def test_rank0_weights_and_intermediates_go_by_value():
+    """A kernel takes a scalar input by value: a rank-0 weight (an imported model's scale or
+    zero point) and a rank-0 intermediate are passed as their values, not as pointers (gcc
+    rejected the graph)."""
+    g = tdsl.loads("""
+op scale(X: f32[3], S: f32) -> Y: f32[3] {
+    Y[i] = X[i] * S
+}
+op total(X: f32[3]) -> (Y: f32[3], T: f32) {
+    Y[i] = X[i] + 1.0
+    T = sum[k: 3](X[k])
+}
+graph net(x: f32[3]) -> (y: f32[3]) {
+    param s: f32
+    a = scale(x, s)
+    b, t = total(a)
+    y = scale(b, t)
+}
+""")["net"]
+    w = {"s": np.array(2.0, np.float32)}
+    x = np.arange(3, dtype=np.float32)
+    built = _quiet(g.build, target_or_skip("c-embedded"), params=w)
+    np.testing.assert_array_equal(built(x), g.reference(x, params=w))

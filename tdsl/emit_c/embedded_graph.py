@@ -123,7 +123,10 @@ def emit_embedded_graph(name: str, steps: list[Step], inputs: list[str], outputs
         body.append(f"(void){arena};")
     body.append("int rc = 0;")
     for k, (step, w, (p, _)) in enumerate(zip(steps, ws, printers)):
-        args = [pointer(v) for v in (*step.inputs, *step.outputs)]
+        # a kernel takes a scalar input by value (a graph input already is one)
+        args = [pointer(v) if buffers[v].shape or v in param_names else f"*{pointer(v)}"
+                for v in step.inputs]
+        args += [pointer(v) for v in step.outputs]
         args.append(f"{arena_bytes} + {offsets[w]}" if p.plan.size else arena)
         body += [f"rc = {p.entry}({', '.join(args)});", "if (rc != 0) return rc;"]
     functions = [line for _, lines in printers for line in [*lines, ""]]
