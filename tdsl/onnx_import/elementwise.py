@@ -39,6 +39,43 @@ def _emit(cv, out, names, expr: str, kind: str, dtype: str | None = None) -> Non
             dtype=dtype)
 
 
+def f16_via_f32(fn):
+    """A converter of float ops that also takes f16 inputs: they are widened to f32
+    (exactly), the node is converted at f32 and its f32 outputs are rounded to f16, once
+    per output, as onnxruntime's CPU kernels compute f16 (docs/onnx.md). Put it below
+    ``@converter``; nodes without an f16 input go to ``fn`` as they are."""
+    import functools
+
+    @functools.wraps(fn)
+    def wrapped(cv, node, a):
+        if not any(n and cv.dtype(n) == "f16" for n in node.input):
+            return fn(cv, node, a)
+        wide = type(node)()
+        wide.CopyFrom(node)
+        for k, n in enumerate(node.input):
+            if n and cv.dtype(n) == "f16":
+                wide.input[k] = n + "#f32"
+                if cv.is_static(n):
+                    cv.static[wide.input[k]] = cv.static[n].astype(np.float32)
+                elif wide.input[k] not in cv.tensors:
+                    cv.elementwise(wide.input[k], [n], "f32({0})", "widen", "f32")
+        for k, n in enumerate(node.output):
+            if n:
+                wide.output[k] = n + "#f32"
+        fn(cv, wide, a)
+        for n, w in zip(node.output, wide.output):
+            if not n:
+                continue
+            if cv.is_static(w):
+                v = cv.static[w]
+                cv.static[n] = v.astype(np.float16) if v.dtype == np.float32 else v
+            elif w in cv.tensors and cv.dtype(w) == "f32":
+                cv.elementwise(n, [w], "f16({0})", "round_f16", "f16")
+            elif w in cv.tensors:
+                cv.alias(n, w)
+    return wrapped
+
+
 def _all_static(cv, node) -> bool:
     return all(cv.is_static(n) for n in node.input if n)
 

@@ -56,10 +56,29 @@ def batch_norm(cv, node, a):
                                     node.output[0] + "#b"], "{0} * {1} + {2}", "bn")
 
 
+def _softmax_f16(shape, axis: int, log: bool) -> str:
+    """Softmax (log-softmax) of f16 rounded where ONNX's reference rounds (each numpy op of
+    float16): ``X - max``, its exp, the sum (accumulated in f32), the quotient (its log)."""
+    i = T.idx(len(shape))
+    rest = [v for k, v in enumerate(i) if k != axis]
+    red = [s for k, s in enumerate(shape) if k != axis]
+    at = list(i)
+    at[axis] = "k"
+    lhs = f"[{', '.join(rest)}]" if rest else ""
+    dims = T.ty(red, "f16") if red else "f16"
+    y = f"E[{', '.join(i)}] / S{lhs}"
+    return (f"op {{name}}(X: {T.ty(shape, 'f16')}) -> Y: {T.ty(shape, 'f16')} {{\n"
+            f"    M: {dims}\n    M{lhs} = max[k: {shape[axis]}](X[{', '.join(at)}])\n"
+            f"    E: {T.ty(shape, 'f16')}\n"
+            f"    E[{', '.join(i)}] = exp(f16(X[{', '.join(i)}] - M{lhs}))\n"
+            f"    S: {dims}\n    S{lhs} = sum[k: {shape[axis]}](E[{', '.join(at)}])\n"
+            f"    Y[{', '.join(i)}] = {f'log(f16({y}))' if log else y}\n}}\n")
+
+
 @converter("Softmax", "LogSoftmax", attrs=("axis",))
 def softmax(cv, node, a):
     x = cv.tensor(node.input[0])
-    if x.dtype not in ("f32", "f64"):
+    if x.dtype not in ("f32", "f64", "f16"):
         raise cv.error(f"{node.op_type} of {x.dtype}")
     rank, log = len(x.shape), node.op_type == "LogSoftmax"
     axis = a.get("axis", 1 if cv.opset < 13 else -1) % rank
@@ -68,6 +87,9 @@ def softmax(cv, node, a):
     def normalise(out, t, axis):
         if t.dtype == "f32" and len(t.shape) == 2 and axis == 1:
             cv.call(out, std, [t], t.shape)
+        elif t.dtype == "f16":
+            cv.call(out, cv.op(std + "_f16", _softmax_f16(list(t.shape), axis, log)), [t],
+                    t.shape, dtype="f16")
         else:
             cv.call(out, cv.op(std, T.softmax(list(t.shape), axis, log, t.dtype)), [t],
                     t.shape, dtype=t.dtype)
