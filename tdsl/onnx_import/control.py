@@ -16,6 +16,9 @@ enclosing subgraph being converted (``cv._onnx_scope``).
 - Scan (opset 8 with its batch axis and without sequence_lens, and 9+ with scan_input_axes,
   scan_input_directions, scan_output_axes, scan_output_directions): unrolled over the scan
   axis, each step reading a slice of every scan input.
+
+Unrolling emits calls, not ops: every iteration calls the same ops (their texts are written
+once), so a loop of T steps costs T times the body's calls; at most `MAX_UNROLL` steps.
 """
 from __future__ import annotations
 
@@ -26,7 +29,7 @@ from ..errors import TdslError
 from .convert import NeedsConstant
 from .registry import ATTRIBUTES, CONVERTERS, converter, opt
 
-MAX_UNROLL = 4096           # iterations of a Loop without a trip count before refusing
+MAX_UNROLL = 4096           # the most iterations of a Loop or steps of a Scan unrolled
 
 
 # ---------------------------------------------------------------------------- subgraphs
@@ -164,7 +167,12 @@ def inline_function(cv, node, attrs=None) -> None:
                        f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
     if not expanded:
         raise cv.error("this operator has no ONNX function body to convert")
-    nodes, _ = expanded[-1]
+    def version(entry):
+        return next((o.version for o in entry[1] if o.domain in ("", "ai.onnx")), 0)
+    # the body written for the newest opset the model's covers (its nodes are converted
+    # with the model's opset)
+    fits = [e for e in expanded if version(e) <= cv.opset]
+    nodes, _ = max(fits, key=version) if fits else min(expanded, key=version)
     outer_node, outer_count = cv.node, cv.count
     outer_scope = cv.__dict__.get("_onnx_scope", {})
     try:
@@ -301,7 +309,7 @@ def loop(cv, node, a):
     go = _truth(cv, cond, "the loop condition") if cond is not None else True
     if trips is None and cond is None:
         raise cv.error("a loop without a trip count or condition runs forever")
-    limit = trips if trips is not None else MAX_UNROLL
+    limit = min(trips, MAX_UNROLL) if trips is not None else MAX_UNROLL
     state = [c for c in carried]
     scans: list[list[str]] = [[] for _ in range(n_scan)]
     k = 0
@@ -323,7 +331,7 @@ def loop(cv, node, a):
         for j, s in enumerate(outs[1 + n_carried:]):
             scans[j].append(s)
         k += 1
-    if go and trips is None:
+    if go and (trips is None or k < trips):
         raise cv.error(f"a loop of more than {MAX_UNROLL} iterations (it is unrolled)")
     _derived(cv, node.output, state + [n for names in scans for n in names])
     for o, s in zip(node.output[:n_carried], state):
@@ -366,6 +374,8 @@ def _scan(cv, node, a, states, scan_ins, outs, what) -> None:
     n = lengths.pop()
     if n == 0:
         raise cv.error("a scan of length 0 (empty outputs)")
+    if n > MAX_UNROLL:
+        raise cv.error(f"a scan of {n} steps (it is unrolled: at most {MAX_UNROLL})")
     state = list(states)
     per_step: list[list[str]] = [[] for _ in range(n_out)]
     for t in range(n):
