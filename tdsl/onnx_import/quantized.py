@@ -5,7 +5,7 @@ Integer products accumulate in i32. Requantization follows onnxruntime (MLAS): t
 accumulator times the f32 scale ``x_scale * w_scale / y_scale``, rounded half to even, plus
 the zero point, saturated to the output type. Scales and zero points are per tensor, per
 axis, or (Quantize/DequantizeLinear, opset 21) per block along the axis. Only the integer
-types tdsl carries (u8, i8, i16, i32) are supported; float8, 4-bit and 2-bit ones are refused
+types tdsl carries (u8, i8, i16, u16, i32) are supported; float8, 4-bit and 2-bit ones are refused
 by the importer.
 """
 from __future__ import annotations
@@ -17,12 +17,12 @@ import numpy as np
 from . import templates as T
 from .registry import converter, opt
 
-RANGES = {"u8": (0, 255), "i8": (-128, 127), "i16": (-32768, 32767)}
+RANGES = {"u8": (0, 255), "i8": (-128, 127), "i16": (-32768, 32767), "u16": (0, 65535)}
 
 
 def _qrange(cv, dtype):
     if dtype not in RANGES:
-        raise cv.error(f"quantization to {dtype} (supported: u8, i8, i16)")
+        raise cv.error(f"quantization to {dtype} (supported: u8, i8, i16, u16)")
     return RANGES[dtype]
 
 
@@ -82,7 +82,7 @@ def quantize(cv, node, a):
 @converter("DequantizeLinear", attrs=("axis", "block_size", "output_dtype", "precision"))
 def dequantize(cv, node, a):
     x = cv.tensor(node.input[0])
-    if x.dtype not in ("u8", "i8", "i16", "i32"):
+    if x.dtype not in ("u8", "i8", "i16", "u16", "i32"):
         raise cv.error(f"DequantizeLinear of {x.dtype}")
     rank = len(x.shape)
     axis = a.get("axis", 1) % max(rank, 1)
@@ -185,16 +185,28 @@ def matmul_integer(cv, node, a):
     cv.call(node.output[0], cv.op("matmul_integer", text), args, shape, dtype="i32")
 
 
-def _requantize(cv, acc, scales, y_zp):
-    """(params, args, body): onnxruntime's requantization of an i32 ``acc``."""
+def _requantize(cv, acc, scales, y_zp, f16_scales=False):
+    """(params, args, body): onnxruntime's requantization of an i32 ``acc``. With
+    ``f16_scales`` (QLinearMatMul) three f16 scales are taken as ONNX's reference takes
+    them: their product and quotient rounded to f16 per operation, times the accumulator
+    in f64 (exact there)."""
     params, args = [], []
     factors = []
+    half = f16_scales and all(cv.dtype(name) == "f16" for _, name, _ in scales)
     for key, name, sub in scales:
-        t = cv.float_tensor(name)
+        t = cv.tensor(name) if half else cv.float_tensor(name)
         params.append(f"{key}: {t.type}")
         args.append(t)
         factors.append(f"{key}{sub(t.shape)}")
     scale = f"{factors[0]} * {factors[1]} / {factors[2]}"
+    if half:
+        z = cv.tensor(y_zp)
+        lo, hi = _qrange(cv, z.dtype)
+        zsub = "" if not z.shape else "[0]"
+        scale = f"f64(f16(f16({factors[0]} * {factors[1]}) / {factors[2]}))"
+        body = (f"{z.dtype}(min(max(round(f64({acc}) * {scale}) + f64(YZ{zsub}), "
+                f"{T.lit(lo)}), {T.lit(hi)}))")
+        return params + [f"YZ: {z.type}"], args + [z], body, z.dtype
     z = cv.tensor(y_zp)
     params.append(f"YZ: {z.type}")
     args.append(z)
@@ -215,7 +227,8 @@ def qlinear_matmul(cv, node, a):
     params, args, acc, shape, i = _matmul_parts(cv, node, x[0], x[3], x[2], x[5])
     rq_params, rq_args, body, out = _requantize(
         cv, T.at("Acc", i), [("AS", x[1], _scalar_sub), ("BS", x[4], _scalar_sub),
-                             ("YS", x[6], _scalar_sub)], x[7])
+                             ("YS", x[6], _scalar_sub)], x[7],
+        f16_scales=True)
     text = (f"op {{name}}({', '.join(params + rq_params)}) -> Y: {T.ty(shape, out)} {{\n"
             f"    Acc: {T.ty(shape, 'i32')}\n    {T.at('Acc', i)} = {acc}\n"
             f"    {T.at('Y', i)} = {body}\n}}\n")
