@@ -252,9 +252,11 @@ def _resolve_c(options: dict) -> Target:
     flags += ["-fno-math-errno", "-fno-trapping-math", "-fwrapv", "-fopenmp", "-shared",
               "-fPIC", "-Werror=implicit-function-declaration"]
     if "__AVX2__" in macros and _gcc_major(compiler) in range(1, 13):
-        # gcc 12 with -fno-trapping-math miscompiles a select of two loads in a short inner
-        # loop on AVX2 and AVX-512 (one mask, from the first vector, blends them all: ONNX's
-        # PRelu cases gave wrong numbers); its loop if-conversion is what goes wrong
+        # gcc 12.2 miscompiles a select that reads a load in a short inner loop under an
+        # outer one on AVX2 and AVX-512 (`c ? B[i] : 0` with extents 3 to 16: masked loads
+        # with the wrong masks; ONNX's PRelu cases gave wrong numbers); its loop
+        # if-conversion is what goes wrong. It costs guarded reads their vectorization
+        # (a depthwise convolution's and a pool's padding copy)
         flags.append("-fno-tree-loop-if-convert")
     return Target("c", tuple(sorted(options.items())), arch, lanes, registers,
                   _int_option(options, "l1", l1), _int_option(options, "l2", l2),

@@ -628,20 +628,28 @@ def test_vector_sqrt_and_rsqrt_are_whole_vector_code_rounded_as_numpy(target, dt
     np.testing.assert_allclose(k(x), want, rtol=4 * np.finfo(x.dtype).eps)
 
 
-def test_a_select_of_two_loads_in_a_short_inner_loop_is_right():
-    """gcc 12 at -O3 -fno-trapping-math with AVX2 or AVX-512 blended a 12 x 5 nest of
-    `c ? A[i] : A[i] * B[i]` with the first vector's mask throughout (ONNX's PRelu cases);
-    the target turns its loop if-conversion off there. Checked on every ISA the host runs."""
+@pytest.mark.parametrize("shape", [(3, 4, 5), (4, 16), (12, 9)])
+def test_a_select_of_loads_in_a_short_inner_loop_is_right(shape):
+    """gcc 12.2 at -O3 on AVX2 and AVX-512 if-converts a select reading a load in a short
+    inner loop (`c ? B[i] : 0`, `c ? A[i] : A[i] * B[i]`, extents 3 to 16 under an outer
+    loop) into masked loads with the wrong masks (ONNX's PRelu cases were wrong); the target
+    turns loop if-conversion off for gcc < 13 there. Checked on every ISA the host runs."""
     import tdsl
-    mod = tdsl.loads("""
-op prelu(A: f32[3, 4, 5], B: f32[3, 4, 5]) -> Y: f32[3, 4, 5] {
-    Y[i, j, k] = select(A[i, j, k] > 0.0, A[i, j, k], A[i, j, k] * B[i, j, k])
-}
+    i = ", ".join(f"i{k}" for k in range(len(shape)))
+    ty = f"f32[{', '.join(map(str, shape))}]"
+    mod = tdsl.loads(f"""
+op prelu(A: {ty}, B: {ty}) -> Y: {ty} {{
+    Y[{i}] = select(A[{i}] > 0.0, A[{i}], A[{i}] * B[{i}])
+}}
+op guarded(A: {ty}, B: {ty}) -> Y: {ty} {{
+    Y[{i}] = select(A[{i}] > 0.0, B[{i}], 0.0)
+}}
 """)
     rng = np.random.default_rng(0)
-    a, b = rng.standard_normal((2, 3, 4, 5)).astype(np.float32)
+    a, b = rng.standard_normal((2, *shape)).astype(np.float32)
     for spec in ("c", "c -march=x86-64-v3", "c -march=x86-64-v4"):
         target = tdsl.Target(spec)
         if target.unrunnable_reason() is not None:
             continue
         np.testing.assert_array_equal(mod["prelu"].build(target)(a, b), np.where(a > 0, a, a * b))
+        np.testing.assert_array_equal(mod["guarded"].build(target)(a, b), np.where(a > 0, b, 0))
