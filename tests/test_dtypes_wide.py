@@ -277,3 +277,25 @@ def test_f16_is_refused_on_the_device_backends():
         with pytest.raises(BuildError, match=f"f16 tensors \\(X, Y\\) are not supported on "
                                              f"{name}"):
             emit(f)
+
+
+@needs_gcc
+@pytest.mark.parametrize("fuse", [True, False])
+def test_a_graph_of_f16_and_u32_ops_rounds_at_each_op(fuse):
+    g = tdsl.loads("""
+op half_mul(X: f16[N], W: f16[N]) -> Y: f16[N] { Y[i] = X[i] * W[i] + 1 }
+op widen(X: f16[N], U: u32[N]) -> Y: f32[N] { Y[i] = f32(X[i]) + f32(U[i]) }
+graph g(x: f16[N], u: u32[N]) -> y: f32[N] {
+    param w: f16[N]
+    h = half_mul(x, w)
+    y = widen(h, u)
+}
+""")["g"]
+    x = np.array([1.5, -2, 3.25, 1000, 0.1], np.float16)
+    u = np.array([1, 2, 4294967295, 7, 0], np.uint32)
+    w = np.array([0.1, 0.2, 0.3, 70, 0.3], np.float16)
+    with np.errstate(over="ignore"):
+        h = (x.astype(np.float32) * w + 1).astype(np.float16)   # rounded: an op's output
+    want = h.astype(np.float32) + u.astype(np.float32)
+    np.testing.assert_array_equal(g.reference(x, u, params={"w": w}), want)
+    np.testing.assert_array_equal(g.build(params={"w": w}, fuse=fuse)(x, u), want)
