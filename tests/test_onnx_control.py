@@ -250,3 +250,21 @@ def test_bitcast_int8_to_uint8_and_float_refused():
                    {"x": np.zeros(3, np.float32)}, ["y"], opset=26)
     with pytest.raises(TdslError, match="reinterpretation"):
         convert_model(model, "net")
+
+
+@needs_gcc
+def test_affine_grid_size_given_as_a_constant():
+    theta = R.standard_normal((2, 2, 3)).astype(np.float32)
+    size = np.array([2, 3, 4, 5], np.int64)
+    model = _model([helper.make_node("AffineGrid", ["theta", "size"], ["grid"],
+                                     align_corners=1)],
+                   {"theta": theta, "size": size}, ["grid"])
+    with pytest.raises(NeedsConstant) as e:
+        convert_model(model, "net")
+    assert e.value.input_name == "size"
+    text, params = convert_model(model, "net", constants={"size": size})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = tdsl.loads(text)["net"].build("c", params=params)(theta)
+    want = ReferenceEvaluator(model).run(None, {"theta": theta, "size": size})[0]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)

@@ -177,11 +177,15 @@ def inline_function(cv, node, attrs=None) -> None:
     outer_scope = cv.__dict__.get("_onnx_scope", {})
     try:
         for sub in nodes:
+            for o in sub.output:
+                if o:
+                    _producers(cv)[o] = sub
             try:
                 convert_node(cv, sub)
             except NeedsConstant:
                 raise
             except TdslError as e:           # named as the node of the model
+                _ask_constant(cv, sub, e)
                 cv.node, cv.count = outer_node, outer_count
                 raise cv.error(f"in its ONNX function body: {e.message}") \
                     from None
