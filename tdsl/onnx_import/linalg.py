@@ -51,9 +51,54 @@ def _dense(cv, node, x, xs, ys):
     cv.static[wt] = np.ascontiguousarray(cv.value(node.input[1]).T, np.float32)
     cv.static[b0] = np.zeros(n, np.float32)
     x2, y2 = out + "#rows", out + "#dense"
-    cv.reshape(x2, node.input[0], (rows, xs[-1]))
-    cv.call(y2, "dense", [cv.tensor(x2), cv.tensor(wt), cv.tensor(b0)], (rows, n))
-    cv.reshape(out, y2, (*xs[:-1], n))
+    _rows(cv, x2, x, list(xs))
+    cv.call(y2, "dense", [cv.tensors[x2], cv.tensor(wt), cv.tensor(b0)], (rows, n))
+    unrows(cv, out, cv.tensors[y2], list(xs[:-1]) + [n])
+
+
+def rows_of(cv) -> dict:
+    """Tensors known as the [rows, K] view of another (by the graph name of the one of rank
+    >= 3): a layer norm's 2-D result, or rows already copied for another dense (a query's,
+    key's and value's projections read the same rows)."""
+    return cv.__dict__.setdefault("_rows_of", {})
+
+
+def _rows(cv, out, x, xs):
+    """``x`` [B..., M, K] as [B * ... * M, K], its subscripts written directly (a reshape's
+    flat index, unravelled, is a division and a modulo in every element's subscripts, the
+    innermost too, which keeps the copy from vectorizing)."""
+    known = rows_of(cv).get(x.name)
+    if known is not None:
+        cv.tensors[out] = known
+        return
+    lead = xs[:-1]
+    subs, stride = [], 1
+    for n in reversed(lead):
+        e = "r" if stride == 1 else f"r // {stride}"
+        subs.append("0" if n == 1 else e if stride * n == int(np.prod(lead)) else
+                    f"{e} % {n}" if stride != 1 else f"r % {n}")
+        stride *= n
+    subs = subs[::-1]
+    text = (f"op {{name}}(X: {T.ty(xs, x.dtype)}) -> Y: {T.ty([stride, xs[-1]], x.dtype)} "
+            f"{{\n    Y[r, k] = {T.at('X', subs + ['k'])}\n}}\n")
+    cv.call(out, cv.op("rows", text), [x], (stride, xs[-1]), dtype=x.dtype)
+    rows_of(cv)[x.name] = cv.tensors[out]
+
+
+def unrows(cv, out, y, shape):
+    """``y`` [R, N] as ``shape`` [B..., M, N] (R = B * ... * M), subscripts written
+    directly."""
+    lead = shape[:-1]
+    i = T.idx(len(lead))
+    terms, stride = [], 1
+    for k in reversed(range(len(lead))):
+        if lead[k] != 1:
+            terms.append(i[k] if stride == 1 else f"{i[k]} * {stride}")
+        stride *= lead[k]
+    row = " + ".join(reversed(terms)) or "0"
+    text = (f"op {{name}}(X: {T.ty(list(y.shape), y.dtype)}) -> Y: {T.ty(shape, y.dtype)} "
+            f"{{\n    {T.at('Y', i + ['n'])} = X[{row}, n]\n}}\n")
+    cv.call(out, cv.op("unrows", text), [y], tuple(shape), dtype=y.dtype)
 
 
 @converter("MatMul")

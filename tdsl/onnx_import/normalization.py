@@ -199,7 +199,11 @@ def layer_normalization(cv, node, a):
     if std:
         # std's layer_norm on the [rows, block] view
         base = node.output[0]
-        cv.reshape(base + "#x2", node.input[0], (n, d))
+        if axis == rank - 1 and rank >= 3:
+            from .linalg import _rows
+            _rows(cv, base + "#x2", x, list(x.shape))
+        else:
+            cv.reshape(base + "#x2", node.input[0], (n, d))
         cv.reshape(base + "#w1", node.input[1], (d,))
         if b is None:
             cv.static[base + "#b1"] = np.zeros(d, np.float32)
@@ -207,7 +211,14 @@ def layer_normalization(cv, node, a):
             cv.reshape(base + "#b1", node.input[2], (d,))
         args = [cv.tensor(base + s) for s in ("#x2", "#w1", "#b1")]
         cv.call(base + "#ln", "layer_norm", args, (n, d), f"eps={T.lit(eps)}")
-        cv.reshape(y, base + "#ln", x.shape)
+        if axis == rank - 1 and rank >= 3:
+            # direct subscripts back, and a dense layer that follows reads the 2-D result
+            from .linalg import rows_of, unrows
+            ln = cv.tensors[base + "#ln"]
+            unrows(cv, y, ln, list(x.shape))
+            rows_of(cv)[cv.tensors[y].name] = ln
+        else:
+            cv.reshape(y, base + "#ln", x.shape)
     want = (y is not None and not std, mean is not None, inv is not None)
     if not any(want):
         return
