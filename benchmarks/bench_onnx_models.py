@@ -194,6 +194,8 @@ def main(argv=None) -> int:
     p.add_argument("--only", help="only models whose name contains this")
     p.add_argument("--no-conv", action="store_true", help="skip the 1-D/2-D conv cases")
     p.add_argument("--profile", action="store_true", help="print each tdsl kernel's time")
+    p.add_argument("--flags", default="", help="extra C compiler flags for tdsl's kernels "
+                   "(an A/B of a code-generation flag, e.g. -ftree-loop-if-convert)")
     args = p.parse_args(argv)
 
     from tdsl.onnx_import import OnnxModule
@@ -213,7 +215,8 @@ def main(argv=None) -> int:
             if args.only and args.only not in name:
                 continue
             try:
-                mod = OnnxModule(path)
+                mod = OnnxModule(path, **({"flags": tuple(args.flags.split())}
+                                          if args.flags else {}))
                 gm = mod.module(mod.bind(*inputs))
             except Exception as e:                       # a model that doesn't import yet
                 print(f"{name:<34}  tdsl: {type(e).__name__}: {str(e).splitlines()[0][:80]}")

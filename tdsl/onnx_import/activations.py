@@ -46,8 +46,10 @@ def gelu(cv, node, a):
             return
         expr = f"0.5 * {{0}} * (1.0 + erf({{0}} * {_f(1 / math.sqrt(2))}))"
     else:
-        expr = (f"0.5 * {{0}} * (1.0 + tanh({_f(math.sqrt(2 / math.pi))} * "
-                f"({{0}} + 0.044715 * {{0}} * {{0}} * {{0}})))")
+        # 0.5 x (1 + tanh(u)) = x sigmoid(2u), exactly: tdsl's sigmoid is its inlined exp,
+        # where tanh is a libm call per element (a GPT block's GELU took half its time)
+        expr = (f"{{0}} * sigmoid({_f(2 * math.sqrt(2 / math.pi))} * "
+                f"({{0}} + 0.044715 * {{0}} * {{0}} * {{0}}))")
     _unary(cv, node, expr, "gelu")
 
 
