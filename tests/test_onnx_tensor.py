@@ -102,8 +102,8 @@ def test_integer_casts_wrap_as_numpy_does():
 
 def test_unsupported_casts_are_refused_naming_the_dtype():
     x = {"x": np.ones(3, np.float32)}
-    msg = refusal([helper.make_node("Cast", ["x"], ["y"], to=TensorProto.FLOAT16)], x, ["y"])
-    assert "float16" in msg and "Cast" in msg
+    msg = refusal([helper.make_node("Cast", ["x"], ["y"], to=TensorProto.BFLOAT16)], x, ["y"])
+    assert "bfloat16" in msg and "Cast" in msg     # float16 is carried since issue 23
     msg = refusal([helper.make_node("Cast", ["x"], ["y"], to=TensorProto.STRING)], x, ["y"])
     assert "Cast" in msg
 
