@@ -299,3 +299,22 @@ graph g(x: f16[N], u: u32[N]) -> y: f32[N] {
     want = h.astype(np.float32) + u.astype(np.float32)
     np.testing.assert_array_equal(g.reference(x, u, params={"w": w}), want)
     np.testing.assert_array_equal(g.build(params={"w": w}, fuse=fuse)(x, u), want)
+
+
+@needs_gcc
+def test_folded_constants_wrap_everywhere():
+    op = tdsl.loads("""
+op cf(X: u32[N], Y: i32[N], Z: u64[N]) -> (A: u32[N], B: u32[N], C: i32[N], D: u64[N],
+        E: u16[N]) {
+    A[i] = X[i] + (u32(4294967295) + u32(1))
+    B[i] = X[i] + (u32(0) - u32(1))
+    C[i] = Y[i] + (i32(2147483647) + i32(1))
+    D[i] = Z[i] + u64(18446744073709551615) * u64(3)
+    E[i] = u16(X[i]) + u16(65535) * u16(65535)
+}
+""")["cf"]
+    x, y, z = np.array([0, 5], np.uint32), np.array([0, 5], np.int32), np.array([0, 5], np.uint64)
+    A, B, C, D, E = _everywhere(op, x, y, z)
+    assert A.tolist() == [0, 5] and B.tolist() == [4294967295, 4]
+    assert C.tolist() == [-2**31, -2**31 + 5] and D.tolist() == [2**64 - 3, 2]
+    assert E.tolist() == [1, 6]

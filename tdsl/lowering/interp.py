@@ -25,7 +25,7 @@ from numpy.lib.stride_tricks import as_strided
 from ..errors import CallError
 from . import sizes, te
 from .bitwise import FUNCTIONS as BITWISE
-from .dtypes import INDEX, cast_array, from_numpy, is_float, to_numpy
+from .dtypes import INDEX, cast_array, from_numpy, is_float, is_int, to_numpy
 from .loop_ir import (AddressOf, Allocate, Barrier, Broadcast, BufferLoad, Call, Evaluate, For,
                       If, LetStmt, LoweredFunc, Ramp, ReadFault, Seq, Store, split_dtype)
 from .loop_printer import format_buffer
@@ -204,7 +204,11 @@ class _Interp:
             case te.Var(name):
                 return self.env[name]
             case te.Const(v, dt):
-                return int(v) if dt == INDEX else to_numpy(dt).type(v)
+                if dt == INDEX:
+                    return int(v)
+                if is_int(dt):      # wraps, as the reference and C do (a folded i32 2**31)
+                    return np.uint64(int(v) & 0xFFFFFFFFFFFFFFFF).astype(to_numpy(dt))
+                return to_numpy(dt).type(v)
             case te.Binary(op, a, b, dt):
                 return _binary(op, self.expr(a), self.expr(b), dt)
             case te.Unary(op, a, dt):
