@@ -57,7 +57,7 @@ def convert_node(cv, node) -> None:
 
 def _producers(cv) -> dict:
     """The nodes converted from subgraphs, by the (renamed) values they compute."""
-    return cv.__dict__.setdefault("_onnx_producers", {})
+    return cv.subgraph_producers
 
 
 def _ask_constant(cv, node, e) -> None:

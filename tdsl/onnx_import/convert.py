@@ -75,6 +75,9 @@ class Converter:
         self.lines: list[str] = []
         self.inputs: list[Tensor] = []
         self.input_names: set[str] = set()       # the ONNX names of the graph inputs
+        # nodes converted from subgraphs (If, Loop, Scan bodies) by the renamed values they
+        # compute: with the main graph's, what a value is computed from
+        self.subgraph_producers: dict = {}
         self.node = None
         self.count = 0
 

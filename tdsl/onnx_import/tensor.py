@@ -252,6 +252,7 @@ def _input_source(cv, name):
     """A graph input (not given as a constant) that the value ``name`` is computed from,
     through values that are not static; or None."""
     producer = {o: n for n in cv.graph.node for o in n.output}
+    producer.update(cv.subgraph_producers)
     seen, todo = set(), [name]
     while todo:
         v = todo.pop()
