@@ -99,3 +99,37 @@ def test_linear_matmul_calls_std_dense():
     text, out = _run(model, x)
     assert "= dense(" in text and "sum[" not in text, text
     np.testing.assert_allclose(out, x @ w + b, rtol=1e-4, atol=1e-4)
+
+
+def test_matmul_of_4d_batches_calls_std_batch_matmul():
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((2, 3, 4, 5)).astype(np.float32)
+    b = rng.standard_normal((2, 3, 5, 6)).astype(np.float32)
+    model = _model([helper.make_node("MatMul", ["a", "b"], ["y"])],
+                   [_vi("a", a.shape), _vi("b", b.shape)], [_vi("y", [2, 3, 4, 6])])
+    text, out = _run(model, a, b)
+    assert "= batch_matmul(" in text and "sum[" not in text, text
+    np.testing.assert_allclose(out, a @ b, rtol=1e-4, atol=1e-4)
+
+
+def test_exported_attention_op_carries_its_row_local_schedule():
+    """The fused attention op of an exported subgraph comes with a schedule, and it
+    lowers (no fallback to the automatic schedule: that warns)."""
+    import warnings
+    rng = np.random.default_rng(4)
+    q, k, v = (rng.standard_normal((1, 2, 40, 16)).astype(np.float32) for _ in range(3))
+    nodes = [helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]),
+             helper.make_node("MatMul", ["q", "kt"], ["s"]),
+             helper.make_node("Div", ["s", "c"], ["z"]),
+             helper.make_node("Softmax", ["z"], ["p"], axis=-1),
+             helper.make_node("MatMul", ["p", "v"], ["y"])]
+    model = _model(nodes, [_vi(n, q.shape) for n in "qkv"], [_vi("y", q.shape)],
+                   [numpy_helper.from_array(np.array(4.0, np.float32), "c")])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        text, out = _run(model, q, k, v)
+    assert "schedule attention_" in text and "= attention_" in text, text
+    s = q @ k.transpose(0, 1, 3, 2) / 4.0
+    e = np.exp(s - s.max(-1, keepdims=True))
+    np.testing.assert_allclose(out, (e / e.sum(-1, keepdims=True)) @ v, rtol=1e-4,
+                               atol=1e-5)

@@ -444,7 +444,8 @@ def _sdpa_text(qs, ks, vs, ms, scales, dt, k_rows: bool = False):
         head = T.broadcast_index(list(shape[:-2]), r, i)[1:-1] if len(shape) > 2 else ""
         return ", ".join(x for x in (head, tail) if x)
 
-    score = f"sum[x: {d}](Q[{sub(qs, 'q, x')}] * K[{sub(ks, 'l, x' if k_rows else 'x, l')}])"
+    dot = f"sum[x: {d}](Q[{sub(qs, 'q, x')}] * K[{sub(ks, 'l, x' if k_rows else 'x, l')}])"
+    score = f"P[{', '.join([*i, 'q', 'l'])}]"       # the product is a stage of its own
     for op, c in scales:
         score = f"{score} {op} {T.lit(c, dt)}"
     params = [f"Q: {T.ty(qs, dt)}", f"K: {T.ty(ks, dt)}", f"V: {T.ty(vs, dt)}"]
@@ -455,6 +456,8 @@ def _sdpa_text(qs, ks, vs, ms, scales, dt, k_rows: bool = False):
         score = f"{score} + M[{msubs}]"
     bq = lambda *t: ", ".join([*i, *t])       # noqa: E731
     return (f"op {{name}}({', '.join(params)}) -> Y: {T.ty(batch + (sq, dv), dt)} {{\n"
+            f"    P: {T.ty(batch + (sq, L), dt)}\n"
+            f"    P[{bq('q', 'l')}] = {dot}\n"
             f"    S: {T.ty(batch + (sq, L), dt)}\n"
             f"    S[{bq('q', 'l')}] = {score}\n"
             f"    Mx: {T.ty(batch + (sq,), dt)}\n"
@@ -463,8 +466,10 @@ def _sdpa_text(qs, ks, vs, ms, scales, dt, k_rows: bool = False):
             f"    E[{bq('q', 'l')}] = exp(S[{bq('q', 'l')}] - Mx[{bq('q')}])\n"
             f"    Sm: {T.ty(batch + (sq,), dt)}\n"
             f"    Sm[{bq('q')}] = sum[l: {L}](E[{bq('q', 'l')}])\n"
-            f"    Y[{bq('q', 'y')}] = sum[l: {L}](E[{bq('q', 'l')}] * "
-            f"V[{sub(vs, 'l, y')}]) / Sm[{bq('q')}]\n}}\n"), batch + (sq, dv)
+            f"    O: {T.ty(batch + (sq, dv), dt)}\n"
+            f"    O[{bq('q', 'y')}] = sum[l: {L}](E[{bq('q', 'l')}] * V[{sub(vs, 'l, y')}])\n"
+            f"    Y[{bq('q', 'y')}] = O[{bq('q', 'y')}] / Sm[{bq('q')}]\n}}\n"), \
+        batch + (sq, dv)
 
 
 def fuse_subgraph(cv, node) -> bool:
@@ -550,8 +555,46 @@ def fuse_subgraph(cv, node) -> bool:
                 del cv.ops[t]
                 cv.op_texts[:] = [o for o in cv.op_texts if not o.startswith(f"op {func}(")]
     args = [qt, kt_t, vt] + ([mt] if mt is not None else [])
-    cv.call(node.output[0], cv.op("attention", text), args, shape, dtype=dt)
+    name = cv.op("attention", text + _sdpa_schedule(len(shape) - 2, k_rows))
+    # cv.op names the op's first "{name}"; the schedule's is the second
+    cv.op_texts[:] = [t.replace("{name}", name) if t.startswith(f"op {name}(") else t
+                      for t in cv.op_texts]
+    cv.call(node.output[0], name, args, shape, dtype=dt)
     return True
+
+
+def _sdpa_schedule(r: int, k_rows: bool) -> str:
+    """Row-local, as std softmax's: for each query row (a parallel loop over the batch
+    dimensions), its scores S, their maximum, exponentials E and sum, then its output row,
+    all in row buffers that stay in L1. The scores are summed over x outermost with the row
+    vectorized along l (K is [.., x, l]: rows of it contiguous) or, K read as rows, as dot
+    products; the exponentials are whole vectors (the backends' vector exp); the output row
+    is a vector accumulator per step of l. The automatic schedule computed each stage over
+    the whole batch, its reductions scalar: 4x slower at a sequence of 128."""
+    batch = ", ".join(f"Y.i{k}" for k in range(r))
+    par = f"    blk = fuse({batch})\n    parallel(blk)\n" if r > 1 else \
+        "    parallel(Y.i0)\n" if r == 1 else ""
+    score = ("    reorder(P.x, P.l)\n    so, sl = split(P.l, lanes)\n    vectorize(sl)\n"
+             if not k_rows else "")
+    return (f"\nschedule {{name}} for cpu {{\n"
+            f"    Pm = rfactor(Mx.l, 4 * lanes)\n    Qm = rfactor(Mx.l_i, lanes)\n"
+            f"    Ps = rfactor(Sm.l, 4 * lanes)\n    Qs = rfactor(Sm.l_i, lanes)\n"
+            f"    compute_at(O, Y.q)\n    compute_at(Sm, Y.q)\n    compute_at(Qs, Y.q)\n"
+            f"    compute_at(Ps, Y.q)\n    compute_at(E, Y.q)\n"
+            f"    compute_at(Mx, Y.q)\n    compute_at(Qm, Y.q)\n    compute_at(Pm, Y.q)\n"
+            f"    compute_at(S, Y.q)\n    compute_at(P, Y.q)\n"
+            f"    reorder(Qm.l_i_o, Qm.l_i_i)\n    vectorize(Qm.l_i_i)\n"
+            f"    reorder(Pm.l_o, Pm.l_i)\n    pu, pl = split(Pm.l_i, lanes)\n"
+            f"    unroll(pu)\n    vectorize(pl)\n"
+            f"    reorder(Qs.l_i_o, Qs.l_i_i)\n    vectorize(Qs.l_i_i)\n"
+            f"    reorder(Ps.l_o, Ps.l_i)\n    su, sl2 = split(Ps.l_i, lanes)\n"
+            f"    unroll(su)\n    vectorize(sl2)\n"
+            f"    vo, vl = split(S.l, lanes)\n    vectorize(vl)\n"
+            f"{score}"
+            f"    eo, el = split(E.l, lanes)\n    vectorize(el)\n"
+            f"    reorder(O.l, O.y)\n    yo, yl = split(O.y, lanes)\n    vectorize(yl)\n"
+            f"    zo, zl = split(Y.y, lanes)\n    vectorize(zl)\n"
+            f"{par}}}\n")
 
 
 # ---------------------------------------------------------------------------- LinearAttention

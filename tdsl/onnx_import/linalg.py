@@ -101,6 +101,49 @@ def unrows(cv, out, y, shape):
     cv.call(out, cv.op("unrows", text), [y], tuple(shape), dtype=y.dtype)
 
 
+def batched(cv, out, x):
+    """``x`` [B..., M, K] as [B * ..., M, K] (direct subscripts, as `_rows`)."""
+    xs = list(x.shape)
+    lead, total = xs[:-2], int(np.prod(xs[:-2]))
+    subs, stride = [], 1
+    for n in reversed(lead):
+        e = "b" if stride == 1 else f"b // {stride}"
+        subs.append("0" if n == 1 else e if stride * n == total else f"{e} % {n}")
+        stride *= n
+    text = (f"op {{name}}(X: {T.ty(xs, x.dtype)}) -> Y: {T.ty([total] + xs[-2:], x.dtype)} "
+            f"{{\n    Y[b, m, k] = {T.at('X', subs[::-1] + ['m', 'k'])}\n}}\n")
+    cv.call(out, cv.op("batched", text), [x], (total, *xs[-2:]), dtype=x.dtype)
+    return cv.tensors[out]
+
+
+def unbatched(cv, out, y, shape):
+    """``y`` [B * ..., M, N] as ``shape`` [B..., M, N]."""
+    lead = list(shape[:-2])
+    i = T.idx(len(lead))
+    terms, stride = [], 1
+    for k in reversed(range(len(lead))):
+        if lead[k] != 1:
+            terms.append(i[k] if stride == 1 else f"{i[k]} * {stride}")
+        stride *= lead[k]
+    b = " + ".join(reversed(terms)) or "0"
+    text = (f"op {{name}}(X: {T.ty(list(y.shape), y.dtype)}) -> "
+            f"Y: {T.ty(list(shape), y.dtype)} {{\n"
+            f"    {T.at('Y', i + ['m', 'n'])} = X[{b}, m, n]\n}}\n")
+    cv.call(out, cv.op("unbatched", text), [y], tuple(shape), dtype=y.dtype)
+
+
+def batch_matmul(cv, out, x, y):
+    """``x`` [B..., M, K] @ ``y`` [B..., K, N] (the same batch dimensions, rank >= 3, f32)
+    as std ``batch_matmul`` on the batch dimensions merged into one."""
+    xs, ys = x.shape, y.shape
+    if len(xs) == 3:
+        cv.call(out, "batch_matmul", [x, y], (xs[0], xs[1], ys[2]))
+        return
+    x3, y3 = batched(cv, out + "#bx", x), batched(cv, out + "#by", y)
+    cv.call(out + "#bmm", "batch_matmul", [x3, y3], (x3.shape[0], xs[-2], ys[-1]))
+    unbatched(cv, out, cv.tensors[out + "#bmm"], (*xs[:-2], xs[-2], ys[-1]))
+
+
 @converter("MatMul")
 def matmul(cv, node, a):
     if attention.fuse_subgraph(cv, node):       # the end of an exported attention
@@ -118,8 +161,8 @@ def matmul(cv, node, a):
     if dtype == "f32" and len(xs) == len(ys) == 2:
         cv.call(node.output[0], "matmul", [x, y], (xs[0], ys[1]))
         return
-    if dtype == "f32" and len(xs) == len(ys) == 3 and xs[0] == ys[0]:
-        cv.call(node.output[0], "batch_matmul", [x, y], (xs[0], xs[1], ys[2]))
+    if dtype == "f32" and len(xs) == len(ys) >= 3 and xs[:-2] == ys[:-2]:
+        batch_matmul(cv, node.output[0], x, y)
         return
     # numpy's rules: a vector operand gains a dimension that the result loses; batch
     # dimensions broadcast
