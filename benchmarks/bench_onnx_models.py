@@ -12,7 +12,8 @@ models are there, those of ``make_torch_models.py`` and any other). ``--seq S`` 
 cases written with onnx's helper API are always run: a 1-D convolution (Conv1d, as an audio
 CNN's, kernel 9) and a 2-D one of the same work (3x3 over as many outputs), so their times
 can be compared ("x 2-D" = conv2d ms / conv1d ms; 1 means the 1-D one is as fast as the
-2-D one for its work).
+2-D one for its work); the 2-D one also as the direct sum ("direct": no Winograd, which
+does fewer multiplies than the work counted).
 
 onnxruntime runs with as many intra-op threads as tdsl's OpenMP: ``OMP_NUM_THREADS`` if set,
 else the machine's cores. Machines here are shared and noisy: the two are timed in turn
@@ -152,6 +153,8 @@ def conv_cases(folder: Path, c=32, f=64, length=4000, k=9, hw=(40, 100)):
         onnx.save(model, str(path))
         what = f"k{k} L{length}" if rank == 1 else f"3x3 {hw[0]}x{hw[1]}"
         yield f"conv{rank}d {c}->{f} {what}", path, [x]
+        if rank == 2:          # the direct sum, the 1-D one's algorithm (no Winograd)
+            yield f"conv2d {c}->{f} {what} direct", path, [x], {"winograd": False}
 
 
 # ------------------------------------------------------------------ timing
@@ -211,12 +214,14 @@ def main(argv=None) -> int:
             cases += list(conv_cases(tmp))
         if args.seq:
             cases += list(exported(args, tmp))
-        for name, path, inputs in cases:
+        for name, path, inputs, *options in cases:
             if args.only and args.only not in name:
                 continue
+            opts = dict(options[0]) if options else {}
+            if args.flags:
+                opts["flags"] = tuple(args.flags.split())
             try:
-                mod = OnnxModule(path, **({"flags": tuple(args.flags.split())}
-                                          if args.flags else {}))
+                mod = OnnxModule(path, **opts)
                 gm = mod.module(mod.bind(*inputs))
             except Exception as e:                       # a model that doesn't import yet
                 print(f"{name:<34}  tdsl: {type(e).__name__}: {str(e).splitlines()[0][:80]}")
@@ -238,13 +243,16 @@ def main(argv=None) -> int:
             print(f"{name:<34}{ms['tdsl']:10.3f}{ms['ort']:10.3f}"
                   f"{ms['ort'] / ms['tdsl']:8.2f}{kernels:>9}{diff:12.2e}", flush=True)
             if name.startswith(("conv1d", "conv2d")):
-                conv_ms[name[:6]] = ms["tdsl"]
+                conv_ms[name[:6] + (" direct" if name.endswith("direct") else "")] = \
+                    ms["tdsl"]
             if args.profile:
                 profile(name, gm, inputs)
                 print(flush=True)
-    if len(conv_ms) == 2:
-        print(f"conv1d vs conv2d of the same work: x 2-D = "
-              f"{conv_ms['conv2d'] / conv_ms['conv1d']:.2f} (tdsl conv2d ms / conv1d ms)")
+    if "conv1d" in conv_ms:
+        for k in ("conv2d", "conv2d direct"):
+            if k in conv_ms:
+                print(f"conv1d vs {k} of the same work: x 2-D = "
+                      f"{conv_ms[k] / conv_ms['conv1d']:.2f} (tdsl {k} ms / conv1d ms)")
     return 0
 
 
