@@ -44,11 +44,16 @@ def test_direct_conv_tile_follows_the_registers(op, k):
         ((2, 1, 7) if op == "conv2d_nchwc_valid" else (1, 2, 14))
 
 
-def test_direct_conv_tile_leaves_every_thread_a_block_of_filters():
-    """With 2 blocks of output channels (16 filters on AVX2) the tile takes one block, so
-    the parallel loop over blocks has two iterations, not one."""
-    cfg = _default("conv2d_nchwc_valid", AVX2, _sizes(AVX2, c=64, f=16))
-    assert cfg["nb"] == 1
+@pytest.mark.parametrize("op", ["conv2d_nchwc_valid", "conv2d_nchwc"])
+@pytest.mark.parametrize("target", [AVX2, AVX512])
+def test_direct_conv_tile_leaves_every_thread_a_block_of_filters(op, target):
+    """With 2 blocks of output channels (16 filters on AVX2, 32 on AVX-512) the tile takes
+    one block and 7 columns, so the parallel loop over blocks has two iterations, not one,
+    and the tile still has 7 accumulators, not 3."""
+    lanes = Target(target).lanes
+    cfg = _default(op, target, _sizes(target, c=64, f=2 * lanes, k=1 if "valid" in op else 3),
+                   **({} if "valid" in op else {"padding": 1}))
+    assert cfg["nb"] == 1 and cfg["tx"] * cfg["ty"] >= 7
 
 
 @pytest.mark.parametrize("w,expect", [(56, (1, 14)), (8, (2, 7))])
