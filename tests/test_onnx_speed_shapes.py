@@ -89,12 +89,12 @@ def test_linear_matmul_calls_std_dense():
     """X[B, S, K] @ W[K, N] with constant W (a Linear layer): std dense on the rows, whose
     weights the graph packs once (dense_packed), not a generated matmul op."""
     rng = np.random.default_rng(2)
-    x = rng.standard_normal((2, 5, 8)).astype(np.float32)
-    w = rng.standard_normal((8, 6)).astype(np.float32)
-    b = rng.standard_normal(6).astype(np.float32)
+    x = rng.standard_normal((2, 65, 64)).astype(np.float32)       # 2^18+ multiply-adds
+    w = rng.standard_normal((64, 32)).astype(np.float32)
+    b = rng.standard_normal(32).astype(np.float32)
     nodes = [helper.make_node("MatMul", ["x", "w"], ["m"]),
              helper.make_node("Add", ["m", "b"], ["y"])]
-    model = _model(nodes, [_vi("x", x.shape)], [_vi("y", [2, 5, 6])],
+    model = _model(nodes, [_vi("x", x.shape)], [_vi("y", [2, 65, 32])],
                    [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")])
     text, out = _run(model, x)
     assert "= dense(" in text and "sum[" not in text, text
@@ -113,11 +113,11 @@ def test_matmul_of_4d_batches_calls_std_batch_matmul():
 
 
 def test_exported_attention_op_carries_its_row_local_schedule():
-    """The fused attention op of an exported subgraph comes with a schedule, and it
-    lowers (no fallback to the automatic schedule: that warns)."""
+    """The fused attention op of an exported subgraph comes with a schedule (for rows of
+    64 and more), and it lowers (no fallback to the automatic schedule: that warns)."""
     import warnings
     rng = np.random.default_rng(4)
-    q, k, v = (rng.standard_normal((1, 2, 40, 16)).astype(np.float32) for _ in range(3))
+    q, k, v = (rng.standard_normal((1, 2, 70, 16)).astype(np.float32) for _ in range(3))
     nodes = [helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]),
              helper.make_node("MatMul", ["q", "kt"], ["s"]),
              helper.make_node("Div", ["s", "c"], ["z"]),

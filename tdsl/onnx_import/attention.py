@@ -555,7 +555,11 @@ def fuse_subgraph(cv, node) -> bool:
                 del cv.ops[t]
                 cv.op_texts[:] = [o for o in cv.op_texts if not o.startswith(f"op {func}(")]
     args = [qt, kt_t, vt] + ([mt] if mt is not None else [])
-    name = cv.op("attention", text + _sdpa_schedule(len(shape) - 2, k_rows))
+    # the row-local schedule for rows of at least 4 vectors of AVX-512 (its max and sum
+    # take 4 vectors a step); shorter ones ran faster on the automatic one
+    L = kt_t.shape[-2] if k_rows else kt_t.shape[-1]
+    name = cv.op("attention", text + (_sdpa_schedule(len(shape) - 2, k_rows) if L >= 64
+                                      else ""))
     # cv.op names the op's first "{name}"; the schedule's is the second
     cv.op_texts[:] = [t.replace("{name}", name) if t.startswith(f"op {name}(") else t
                       for t in cv.op_texts]
