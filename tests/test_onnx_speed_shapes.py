@@ -133,3 +133,32 @@ def test_exported_attention_op_carries_its_row_local_schedule():
     e = np.exp(s - s.max(-1, keepdims=True))
     np.testing.assert_allclose(out, (e / e.sum(-1, keepdims=True)) @ v, rtol=1e-4,
                                atol=1e-5)
+
+
+def test_causal_attention_with_a_where_mask_is_one_op():
+    """masked_fill(~tril(ones), -inf) as exported (Trilu of a constant, Not, Where):
+    the mask is folded to a constant and the attention is one fused op."""
+    rng = np.random.default_rng(5)
+    s = 6
+    q, k, v = (rng.standard_normal((1, 2, s, 8)).astype(np.float32) for _ in range(3))
+    ones = numpy_helper.from_array(np.ones((s, s), bool), "ones")
+    ninf = numpy_helper.from_array(np.array(-np.inf, np.float32), "ninf")
+    c = numpy_helper.from_array(np.array(8 ** 0.5, np.float32), "c")
+    nodes = [helper.make_node("Trilu", ["ones"], ["keep"], upper=0),
+             helper.make_node("Not", ["keep"], ["drop"]),
+             helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]),
+             helper.make_node("MatMul", ["q", "kt"], ["s"]),
+             helper.make_node("Div", ["s", "c"], ["z"]),
+             helper.make_node("Where", ["drop", "ninf", "z"], ["w"]),
+             helper.make_node("Softmax", ["w"], ["p"], axis=-1),
+             helper.make_node("MatMul", ["p", "v"], ["y"])]
+    model = _model(nodes, [_vi(n, q.shape) for n in "qkv"], [_vi("y", q.shape)],
+                   [ones, ninf, c])
+    text, out = _run(model, q, k, v)
+    body = text[text.index("graph m"):]
+    assert body.count(" = ") == 1 and "attention_" in body, body
+    z = q @ k.transpose(0, 1, 3, 2) / 8 ** 0.5
+    z = np.where(np.tril(np.ones((s, s), bool)), z, -np.inf)
+    e = np.exp(z - z.max(-1, keepdims=True))
+    np.testing.assert_allclose(out, (e / e.sum(-1, keepdims=True)) @ v, rtol=1e-4,
+                               atol=1e-5)

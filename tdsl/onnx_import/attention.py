@@ -407,6 +407,21 @@ def _match(cv, node):
             if chain == other:
                 return None
             mask, x = other, chain
+        elif n.op_type == "Where" and mask is None and not scales and \
+                all(cv.is_static(v) for v in n.input[:1]):
+            # a causal mask, masked_fill(~keep, -inf): Where(c, -inf, s) is s + M, M = -inf
+            # where c and 0 elsewhere (the same scores, the same softmax)
+            c, a, b = n.input
+            fill = next(((v, o, side) for v, o, side in ((a, b, True), (b, a, False))
+                         if _static_scalar(cv, v) is not None), None)
+            if fill is None or _static_scalar(cv, fill[0]) != float("-inf") or \
+                    fill[1] not in prod:
+                return None
+            cond = np.asarray(cv.static[c]).astype(bool)
+            m = np.where(cond if fill[2] else ~cond, np.float32(-np.inf), np.float32(0))
+            mask = x + "#causal"
+            cv.static[mask] = m.astype(np.float32)
+            x = fill[1]
         elif n.op_type in ("Mul", "Div"):
             a, b = n.input
             if _static_scalar(cv, b) is not None:

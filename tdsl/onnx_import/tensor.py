@@ -559,6 +559,16 @@ def depth_to_space(cv, node, a):
 
 @converter("Trilu", attrs=("upper",))
 def trilu(cv, node, a):
+    k = node.input[1] if _opt(node, 1) else None
+    if cv.is_static(node.input[0]) and (k is None or cv.is_static(k)):
+        # a constant (a causal mask's tril of ones): folded now, so the attention that
+        # reads it is recognised with its mask as a constant
+        x = cv.static[node.input[0]]
+        if x.ndim < 2:
+            raise cv.error(f"an input of rank {x.ndim} (rank 2 or more is needed)")
+        kk = int(cv.static[k].reshape(())) if k else 0
+        cv.static[node.output[0]] = (np.triu if a.get("upper", 1) else np.tril)(x, kk)
+        return
     t = cv.tensor(node.input[0])
     if len(t.shape) < 2:
         raise cv.error(f"an input of rank {len(t.shape)} (rank 2 or more is needed)")
