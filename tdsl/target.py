@@ -337,7 +337,7 @@ def compiler_macros(compiler: str, isa_flags: tuple[str, ...]) -> frozenset[str]
 
 def _install_hint(compiler: str) -> str:
     if compiler.endswith("-gcc") and compiler != "gcc":
-        return f"install it: apt-get install {compiler.removesuffix('-gcc')}"
+        return f"install it: apt-get install gcc-{compiler.removesuffix('-gcc')}"
     return "install gcc (apt-get install gcc), or name another with -cc=..."
 
 
