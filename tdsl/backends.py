@@ -9,11 +9,13 @@ from .emit_c.c import emit_c
 from .emit_c.kernel import Kernel
 from .emit_cuda import compile_cuda, load_cuda
 from .emit_opencl import compile_opencl, load_opencl
+from .target import kernel_flags
 
 
 def _compile_c(func, shapes=None, target=None, flags=(), cache=None):
     module = emit_c(func, shapes, target)
-    library = (cache or BuildCache()).build(module.source, (*target.flags, *flags),
+    library = (cache or BuildCache()).build(module.source,
+                                            (*kernel_flags(target, module.source), *flags),
                                             target.compiler)
     return module, library, ""
 

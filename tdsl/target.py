@@ -251,13 +251,6 @@ def _resolve_c(options: dict) -> Target:
     # at dlopen.
     flags += ["-fno-math-errno", "-fno-trapping-math", "-fwrapv", "-fopenmp", "-shared",
               "-fPIC", "-Werror=implicit-function-declaration"]
-    if "__AVX2__" in macros and _gcc_major(compiler) in range(1, 13):
-        # gcc 12.2 miscompiles a select that reads a load in a short inner loop under an
-        # outer one on AVX2 and AVX-512 (`c ? B[i] : 0` with extents 3 to 16: masked loads
-        # with the wrong masks; ONNX's PRelu cases gave wrong numbers); its loop
-        # if-conversion is what goes wrong. It costs guarded reads their vectorization
-        # (a depthwise convolution's and a pool's padding copy)
-        flags.append("-fno-tree-loop-if-convert")
     return Target("c", tuple(sorted(options.items())), arch, lanes, registers,
                   _int_option(options, "l1", l1), _int_option(options, "l2", l2),
                   compiler, tuple(flags), frozenset(m for m in macros if m.startswith(_ISA_MACROS)))
@@ -302,6 +295,25 @@ def _vector_facts(macros: frozenset[str]) -> tuple[int, int]:
 
 
 @functools.lru_cache(maxsize=None)
+def kernel_flags(target: Target, source: str) -> tuple[str, ...]:
+    """The flags to compile a kernel's C ``source`` with: the target's, and for gcc 12 on
+    AVX2 or AVX-512 -fno-tree-loop-if-convert where a select reads a load. gcc 12.2 turns
+    such a select in a short inner loop under an outer one (`c ? B[i] : 0`,
+    `c ? A[i] : A[i] * B[i]`, extents 3 to 16) into masked loads with the wrong masks
+    (ONNX's PRelu cases gave wrong numbers). Other kernels keep if-conversion: their
+    exp/erf/min/max helpers are ternaries that vectorize only with it."""
+    if target.kind in ("c", "c-embedded") and "__AVX2__" in target.isa and \
+            _gcc_major(target.compiler) in range(1, 13) and _reads_under_select(source):
+        return (*target.flags, "-fno-tree-loop-if-convert")
+    return target.flags
+
+
+def _reads_under_select(source: str) -> bool:
+    """Whether a statement of printed C indexes an array after a `?` (a select's branch
+    reads a load: the printer writes a select as `c ? t : f` and a load as `A[...]`)."""
+    return any("?" in stmt and "[" in stmt[stmt.index("?"):] for stmt in source.split(";"))
+
+
 @functools.lru_cache(maxsize=None)
 def _gcc_major(compiler: str) -> int:
     """gcc's major version (0 for another compiler or when it can't be read)."""

@@ -34,7 +34,7 @@ from ..lowering.loop_ir import Buffer, LoweredFunc
 from ..lowering import sizes
 from ..lowering.read_regions import check_reads
 from ..lowering.te_printer import format_expr
-from ..target import Target, as_target
+from ..target import Target, as_target, kernel_flags
 from . import omp
 from .build import BuildCache, BuildResult
 from .c import CModule, HostC
@@ -250,7 +250,8 @@ def build_kernel(func: LoweredFunc, *, shapes: dict | None = None, target=None, 
     """
     target = as_target(target)
     module = HostC(func, shapes, target).module()
-    built = (cache or BuildCache()).build(module.source, (*target.flags, *flags),
+    built = (cache or BuildCache()).build(module.source,
+                                          (*kernel_flags(target, module.source), *flags),
                                           target.compiler)
     return Kernel(func, module, built, fixed_shapes(func, shapes or {}), target)
 

@@ -16,7 +16,7 @@ import sys
 import tempfile
 
 from ..lowering.loop_ir import LoweredFunc
-from ..target import as_target
+from ..target import as_target, kernel_flags
 from .build import BuildCache
 from .c import HostC
 
@@ -42,7 +42,8 @@ def run_sanitized(func: LoweredFunc, arrays, target=None, timeout: float = 120.0
     """The outputs of ``func`` on ``arrays``, computed by a sanitized build in a child."""
     target = as_target(target)
     module = HostC(func, None, target).module()
-    built = BuildCache().build(module.source, (*target.flags, *SANITIZE_FLAGS), target.compiler)
+    built = BuildCache().build(module.source, (*kernel_flags(target, module.source),
+                                               *SANITIZE_FLAGS), target.compiler)
     runtimes = [_runtime(target.compiler, lib) for lib in ("libasan.so", "libubsan.so")]
     env = {**os.environ, **_OPTIONS, "LD_PRELOAD": " ".join(runtimes)}
     with tempfile.TemporaryDirectory(prefix="tdsl-sanitize-") as tmp:
