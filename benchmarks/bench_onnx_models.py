@@ -36,6 +36,9 @@ from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench_graphs  # noqa: E402
+
 ROOT = Path(__file__).resolve().parent.parent
 MODELS = ROOT / "tests" / "models"
 
@@ -44,24 +47,7 @@ def threads() -> int:
     return int(os.environ.get("OMP_NUM_THREADS") or os.cpu_count() or 1)
 
 
-def timer(fn, seconds=0.2):
-    """A function that returns the median of a burst of calls of ``fn``, the burst sized
-    to take about ``seconds``."""
-    fn()
-    n, t0 = 0, time.perf_counter()
-    while time.perf_counter() - t0 < 0.05:
-        fn()
-        n += 1
-    reps = max(3, int(n * seconds / 0.05))
-
-    def run():
-        times = []
-        for _ in range(reps):
-            t = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - t)
-        return statistics.median(times)
-    return run
+timer = bench_graphs.timer     # a median of a burst of calls
 
 
 def ort_session(path):

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import shutil
 import warnings
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -18,27 +17,11 @@ onnx = pytest.importorskip("onnx", reason="needs the onnx package (pip install '
 
 import tdsl  # noqa: E402
 from tdsl.onnx_import import OnnxModule, convert_model  # noqa: E402
+from test_onnx_models import MODELS, onnxruntime_outputs, saved  # noqa: E402
 
-MODELS = Path(__file__).resolve().parent / "models"
 FLOAT = ["lstm_kws", "gru_tagger", "audio_cnn1d", "dcgan_generator", "unet", "conv3d_block"]
 QDQ = "cnn_qdq"
 needs_gcc = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
-
-
-def saved(name):
-    d = np.load(MODELS / f"{name}.npz")
-    ins = [d[k] for k in sorted(k for k in d if k.startswith("input_"))]
-    outs = [d[k] for k in sorted(k for k in d if k.startswith("output_"))]
-    return ins, outs
-
-
-def onnxruntime_outputs(model, inputs):
-    ort = pytest.importorskip("onnxruntime", reason="needs onnxruntime")
-    so = ort.SessionOptions()
-    so.log_severity_level = 3
-    sess = ort.InferenceSession(model.SerializeToString(), so,
-                                providers=["CPUExecutionProvider"])
-    return sess.run(None, {i.name: a for i, a in zip(model.graph.input, inputs)})
 
 
 def as_tuple(v):

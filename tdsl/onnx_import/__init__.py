@@ -24,9 +24,10 @@ import numpy as np
 
 from ..errors import TdslError, TdslWarning
 # the family modules register their converters when imported
-from . import (activations, attention, conv, elementwise, nn, normalization,  # noqa: F401
-               linalg, quantized, recurrent, reductions, tensor, qdq)
-from . import control, signal  # noqa: F401,E402  (If/Loop/Scan; DFT, STFT, windows)
+# (qdq last: it wraps converters the others registered)
+from . import (activations, attention, control, conv, elementwise, linalg,  # noqa: F401
+               nn, normalization, quantized, recurrent, reductions, signal, tensor)
+from . import qdq  # noqa: F401,E402
 from . import templates as T
 from .convert import Converter, NeedsConstant, Tensor, tdsl_dtype
 from .registry import ATTRIBUTES, CONVERTERS, FAMILY

@@ -1064,8 +1064,8 @@ def roi_align(cv, node, a):
     L = lambda v: T.lit(v, dt)  # noqa: E731
     lines = []
     for d, (size, pooled, col) in enumerate(((x.shape[2], ph_, 1), (x.shape[3], pw_, 0))):
-        s = f"(R[r, {col}] * {L(scale)}" + (f" - 0.5)" if half else ")")
-        e = f"(R[r, {col + 2}] * {L(scale)}" + (f" - 0.5)" if half else ")")
+        s = f"(R[r, {col}] * {L(scale)}" + (" - 0.5)" if half else ")")
+        e = f"(R[r, {col + 2}] * {L(scale)}" + (" - 0.5)" if half else ")")
         ext = f"({e} - {s})" if half else f"max({e} - {s}, 1.0)"
         bin_ = f"({ext} / {L(float(pooled))})"
         at = "[r, p, i]"
