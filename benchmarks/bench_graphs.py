@@ -98,9 +98,10 @@ def kernel_flops(c, group) -> int:
     return int(2 * out * x[-1])
 
 
-def profile(name, module, x, target, ghz=None, passes=20):
-    """Each fused kernel timed alone, in the model's order, the best of ``passes`` passes."""
-    module(x)
+def kernel_times(module, inputs, passes=20):
+    """``(compiled graph, seconds per kernel)``: each fused kernel of a graph module timed
+    alone on these inputs, in the model's order, the best of ``passes`` passes."""
+    module(*inputs)
     c, _, runs, _ = module._last           # the kernels bound to this call's buffers
     best = [float("inf")] * len(runs)
     for _ in range(passes):
@@ -108,9 +109,15 @@ def profile(name, module, x, target, ghz=None, passes=20):
             t = time.perf_counter()
             run()
             best[i] = min(best[i], time.perf_counter() - t)
+    return c, best
+
+
+def profile(name, module, x, target, ghz=None, passes=20):
+    """Each fused kernel's time (`kernel_times`), share and rate against the FMA peak."""
+    c, best = kernel_times(module, [x], passes)
     total = sum(best)
     peak = tdsl.Target(target).peak_gflops(ghz)
-    print(f"\nprofile of {name} ({len(runs)} kernels, {total * 1e3:.2f} ms summed; target "
+    print(f"\nprofile of {name} ({len(best)} kernels, {total * 1e3:.2f} ms summed; target "
           f"'{target}', FMA peak {peak:.0f} GFLOP/s at "
           f"{f'{ghz} GHz' if ghz else 'the reported clock (--ghz to give the real one)'})")
     print(f"  {'kernel':<6}{'ms':>8}{'share':>7}{'GFLOP/s':>9}{'%peak':>7}  ops -> output")

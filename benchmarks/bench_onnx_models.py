@@ -30,7 +30,6 @@ import os
 import statistics
 import sys
 import tempfile
-import time
 import warnings
 from pathlib import Path
 
@@ -146,17 +145,11 @@ def conv_cases(folder: Path, c=32, f=64, length=4000, k=9, hw=(40, 100)):
 # ------------------------------------------------------------------ timing
 
 def profile(name, gm, inputs, passes=20):
-    """Each fused kernel of ``gm`` timed alone, in the model's order."""
-    gm(*inputs)
-    c, _, runs, _ = gm._last            # the kernels bound to this call's buffers
-    best = [float("inf")] * len(runs)
-    for _ in range(passes):
-        for i, run in enumerate(runs):
-            t = time.perf_counter()
-            run()
-            best[i] = min(best[i], time.perf_counter() - t)
+    """Each fused kernel of ``gm`` timed alone (`bench_graphs.kernel_times`), its share and
+    schedule, and the time per anchor op."""
+    c, best = bench_graphs.kernel_times(gm, inputs, passes)
     total = sum(best)
-    print(f"\nprofile of {name}: {len(runs)} kernels, {total * 1e3:.3f} ms summed")
+    print(f"\nprofile of {name}: {len(best)} kernels, {total * 1e3:.3f} ms summed")
     print(f"  {'kernel':<6}{'ms':>8}{'share':>7}  schedule  ops -> output")
     by_op: dict[str, list] = {}
     for i, (g, f, t) in enumerate(zip(c.groups, c.functions, best)):

@@ -18,6 +18,8 @@ import tdsl  # noqa: E402
 from tdsl.errors import TdslError  # noqa: E402
 from tdsl.onnx_import import convert_model  # noqa: E402
 
+from onnx_check import assert_outputs_match, run_imported  # noqa: E402
+
 needs_gcc = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
 
 _TYPES = {np.float32: TensorProto.FLOAT, np.float64: TensorProto.DOUBLE,
@@ -41,13 +43,8 @@ def _check(op, inputs, n_out=1, rtol=1e-5, atol=1e-5, **attrs):
     model = _model(op, inputs, n_out, **attrs)
     given = {k: v for k, v in inputs.items() if v is not None}
     want = ReferenceEvaluator(model).run(None, given)
-    text, params = convert_model(model, "net")
-    got = tdsl.loads(text)["net"].build("c", params=params)(*given.values())
-    got = got if isinstance(got, tuple) else (got,)
-    assert len(got) == len(want)
-    for g, w in zip(got, want):
-        assert g.dtype == w.dtype and g.shape == w.shape
-        np.testing.assert_allclose(g, w, rtol=rtol, atol=atol)
+    text, got = run_imported(model, *given.values())
+    assert_outputs_match(got, want, rtol, atol)
     return text
 
 

@@ -17,6 +17,8 @@ from onnx.reference import ReferenceEvaluator  # noqa: E402
 import tdsl  # noqa: E402
 from tdsl.onnx_import import convert_model  # noqa: E402
 
+from onnx_check import assert_outputs_match, run_imported  # noqa: E402
+
 needs_gcc = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
 
 _TYPES = {np.float32: TensorProto.FLOAT, np.float64: TensorProto.DOUBLE}
@@ -34,18 +36,9 @@ def _model(op, x_shape, attrs=None, inits=(), extra_inputs=(), outputs=("y",),
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
 
 
-def _run(model, x):
-    text, params = convert_model(model, "net")
-    outs = tdsl.loads(text)["net"].build(params=params)(x)
-    return text, outs if isinstance(outs, (tuple, list)) else (outs,)
-
-
 def _check(model, x, rtol=1e-5, atol=1e-5):
-    text, got = _run(model, x)
-    want = ReferenceEvaluator(model).run(None, {"x": x})
-    for g, w in zip(got, want):
-        assert g.dtype == w.dtype and g.shape == w.shape
-        np.testing.assert_allclose(g, w, rtol=rtol, atol=atol)
+    text, got = run_imported(model, x)
+    assert_outputs_match(got, ReferenceEvaluator(model).run(None, {"x": x}), rtol, atol)
     return text
 
 
@@ -104,7 +97,7 @@ def test_conv_transpose_1d_grouped_dilated_strided():
     x, w = _r(2, 4, 5), _r(4, 3, 3)
     m = _model("ConvTranspose", x.shape, {"group": 2, "strides": [3], "dilations": [2],
                                           "pads": [1, 2], "output_padding": [1]}, [("w", w)])
-    _, (got,) = _run(m, x)
+    _, (got,) = run_imported(m, x)
     want = _conv_transpose_numpy(x, w, 3, (1, 2), 2, 2, 1)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
@@ -136,7 +129,7 @@ def test_average_and_lp_pool_3d_ceil_count_include_pad():
     _check(_model("AveragePool", x.shape, attrs), x)
     _check(_model("LpPool", x.shape, {"kernel_shape": [2, 3, 2], "p": 3,
                                       "strides": [1, 2, 2]}), x)
-    _, (got,) = _run(_model("GlobalLpPool", x.shape, {"p": 3}), x)
+    _, (got,) = run_imported(_model("GlobalLpPool", x.shape, {"p": 3}), x)
     want = (np.abs(x.astype(np.float64)) ** 3).sum(axis=(2, 3, 4), keepdims=True) ** (1 / 3)
     np.testing.assert_allclose(got, want, rtol=1e-5)
 

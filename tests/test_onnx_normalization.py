@@ -5,7 +5,6 @@ refusals. Needs the onnx package (tdsl[onnx]) and gcc."""
 from __future__ import annotations
 
 import shutil
-import warnings
 
 import numpy as np
 import pytest
@@ -14,9 +13,10 @@ onnx = pytest.importorskip("onnx", reason="needs the onnx package (pip install '
 from onnx import TensorProto, helper  # noqa: E402
 from onnx.reference import ReferenceEvaluator  # noqa: E402
 
-import tdsl  # noqa: E402
 from tdsl.errors import TdslError  # noqa: E402
 from tdsl.onnx_import import convert_model  # noqa: E402
+
+from onnx_check import assert_outputs_match, run_imported  # noqa: E402
 
 pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
 
@@ -41,15 +41,8 @@ def _check(op, inputs: dict, n_out: int = 1, opset: int = 22, rtol=1e-5, atol=1e
     model = _model(op, inputs, n_out, opset, **attrs)
     if want is None:
         want = ReferenceEvaluator(model).run(None, inputs)
-    text, params = convert_model(model, "net")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        got = tdsl.loads(text)["net"].build("c", params=params)(*inputs.values())
-    got = got if isinstance(got, tuple) else (got,)
-    assert len(got) == len(want)
-    for g, w in zip(got, want):
-        assert g.dtype == w.dtype and g.shape == w.shape
-        np.testing.assert_allclose(g, w, rtol=rtol, atol=atol)
+    text, got = run_imported(model, *inputs.values())
+    assert_outputs_match(got, want, rtol, atol)
     return text
 
 

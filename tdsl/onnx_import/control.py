@@ -28,6 +28,7 @@ from . import templates as T
 from ..errors import TdslError
 from .convert import NeedsConstant
 from .registry import ATTRIBUTES, CONVERTERS, converter, opt
+from .tensor import _input_source
 
 MAX_UNROLL = 4096           # the most iterations of a Loop or steps of a Scan unrolled
 
@@ -55,29 +56,16 @@ def convert_node(cv, node) -> None:
     CONVERTERS[node.op_type](cv, node, attrs)
 
 
-def _producers(cv) -> dict:
-    """The nodes converted from subgraphs, by the (renamed) values they compute."""
-    return cv.subgraph_producers
-
-
 def _ask_constant(cv, node, e) -> None:
     """A subgraph's node that needs a value known at import, computed from a graph input:
     a `NeedsConstant` for that input (the main graph's converters trace only its nodes)."""
     if isinstance(e, NeedsConstant) or "import time" not in str(e):
         return
-    producer = {o: n for n in cv.graph.node for o in n.output}
-    producer.update(_producers(cv))
-    seen, todo = set(), [i for i in node.input if i]
-    while todo:
-        v = todo.pop()
-        if v in seen or cv.is_static(v):
-            continue
-        seen.add(v)
-        if v in cv.input_names:
+    for i in node.input:
+        v = _input_source(cv, i) if i else None
+        if v is not None:
             raise NeedsConstant(f"{e.message}; it is computed from the graph input '{v}': "
                                 f"give its value with --const {v}=FILE.npy", v) from None
-        if v in producer:
-            todo.extend(i for i in producer[v].input if i)
 
 
 def _derived(cv, outs, srcs) -> None:
@@ -90,7 +78,7 @@ def _derived(cv, outs, srcs) -> None:
             n.op_type = "Identity"
             n.input.extend(s for s in srcs if s)
             n.output.append(o)
-            _producers(cv)[o] = n
+            cv.subgraph_producers[o] = n
 
 
 def run_graph(cv, graph, inputs: dict, what: str) -> list[str]:
@@ -121,7 +109,7 @@ def run_graph(cv, graph, inputs: dict, what: str) -> list[str]:
             n2.output.extend(env[o] if o else "" for o in sub.output)
             cv._onnx_scope = env            # what a nested subgraph reads from this one
             for o in n2.output:
-                _producers(cv)[o] = n2
+                cv.subgraph_producers[o] = n2
             try:
                 convert_node(cv, n2)
             except TdslError as e:
@@ -179,7 +167,7 @@ def inline_function(cv, node, attrs=None) -> None:
         for sub in nodes:
             for o in sub.output:
                 if o:
-                    _producers(cv)[o] = sub
+                    cv.subgraph_producers[o] = sub
             try:
                 convert_node(cv, sub)
             except NeedsConstant:

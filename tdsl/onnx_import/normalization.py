@@ -176,16 +176,21 @@ def _flat_vector(t: Tensor, d: int) -> bool:
     return int(np.prod(t.shape or (1,))) == d
 
 
-@converter("LayerNormalization", attrs=("axis", "epsilon", "stash_type"))
-def layer_normalization(cv, node, a):
+def _last_axes_norm(cv, node, a):
+    """What LayerNormalization and RMSNormalization read alike: the input, its rank, the
+    first normalized axis, the stash dtype, epsilon and the scale."""
     x = _float(cv, node.input[0], "the input")
     rank = len(x.shape)
     if rank == 0:
-        raise cv.error("a scalar input (LayerNormalization needs rank >= 1)")
+        raise cv.error(f"a scalar input ({node.op_type} needs rank >= 1)")
     axis = _axis(cv, a.get("axis", -1), rank)
-    ct = _stash(cv, a, x.dtype)
-    eps = a.get("epsilon", 1e-5)
-    w = _float(cv, node.input[1], "the scale")
+    return (x, rank, axis, _stash(cv, a, x.dtype), a.get("epsilon", 1e-5),
+            _float(cv, node.input[1], "the scale"))
+
+
+@converter("LayerNormalization", attrs=("axis", "epsilon", "stash_type"))
+def layer_normalization(cv, node, a):
+    x, rank, axis, ct, eps, w = _last_axes_norm(cv, node, a)
     b = _float(cv, node.input[2], "the bias") if _opt(node, 2) else None
     block = list(x.shape[axis:])
     for t, what in ((w, "scale"), (b, "bias")):
@@ -234,14 +239,7 @@ def layer_normalization(cv, node, a):
 
 @converter("RMSNormalization", attrs=("axis", "epsilon", "stash_type"))
 def rms_normalization(cv, node, a):
-    x = _float(cv, node.input[0], "the input")
-    rank = len(x.shape)
-    if rank == 0:
-        raise cv.error("a scalar input (RMSNormalization needs rank >= 1)")
-    axis = _axis(cv, a.get("axis", -1), rank)
-    ct = _stash(cv, a, x.dtype)
-    eps = a.get("epsilon", 1e-5)
-    w = _float(cv, node.input[1], "the scale")
+    x, rank, axis, ct, eps, w = _last_axes_norm(cv, node, a)
     _same_dtype(cv, w, x, "scale")
     _broadcasts(cv, w, x.shape[axis:], "scale")
     dt = x.dtype
