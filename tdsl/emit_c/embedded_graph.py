@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import BuildError
-from ..lowering.dtypes import to_c
+from ..lowering.dtypes import FLOATS, to_c
 from ..lowering.graph import memory
 from ..lowering.loop_ir import Buffer, LoweredFunc
 from ..target import as_target
@@ -149,7 +149,7 @@ def _const_array(cname: str, array: np.ndarray, dtype: str) -> str:
     """``static const float w[n] = {...};``, 8 values a line; floats exactly (each literal
     is the float32 value's shortest exact decimal)."""
     flat = np.ascontiguousarray(array).ravel()
-    if dtype in ("f32", "f64", "f16"):
+    if dtype in FLOATS:
         values = [c_literal(float(x), dtype)[0] for x in flat]
     else:
         values = [str(int(x)) for x in flat]

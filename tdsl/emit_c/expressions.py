@@ -19,7 +19,8 @@ import numpy as np
 
 from ..errors import BuildError
 from ..lowering import te
-from ..lowering.dtypes import cast_array, is_float, is_int, is_unsigned, to_c, to_numpy
+from ..lowering.dtypes import (MINIFLOATS, cast_array, is_float, is_int, is_unsigned, to_c,
+                               to_numpy)
 from ..lowering.loop_ir import Buffer, BufferLoad, Ramp, ReadFault, split_dtype
 from .helpers import Helpers
 from .lanes import LaneOf, contiguous_base, flat_offset, lanes_of
@@ -154,6 +155,15 @@ class CExpressionPrinter:
     def visit_Cast(self, e: te.Cast):
         if e.a.dtype == e.dtype:
             return self._dispatch(e.a)(e.a)
+        if e.dtype in MINIFLOATS:               # the bits of the nearest (helpers)
+            return f"{self.helpers.to_minifloat(e.dtype)}({self.expr(e.a)})", POSTFIX
+        if e.a.dtype in MINIFLOATS:             # exactly an f32, then f32's cast rules
+            text = f"{self.helpers.from_minifloat(e.a.dtype)}({self.expr(e.a)})"
+            if e.dtype == "f32":
+                return text, POSTFIX
+            if is_int(e.dtype):
+                return f"{self.helpers.to_int_sat('f32', e.dtype)}({text})", POSTFIX
+            return f"({to_c(e.dtype)}){text}", UNARY
         if is_float(e.a.dtype) and is_int(e.dtype):       # saturates, NaN -> 0 (helpers)
             if isinstance(e.a, te.Const):
                 value = int(cast_array(to_numpy(e.a.dtype).type(e.a.value), e.dtype))
@@ -288,6 +298,9 @@ def c_literal(value, dtype: str) -> tuple[str, int]:
     if dtype == "f16":              # a storage type: only a cast or a store sees one
         text, _ = c_literal(float(np.float16(value)), "f32")
         return f"(_Float16){text}", UNARY
+    if dtype in MINIFLOATS:         # its bits
+        bits = np.asarray(value, np.float32).astype(to_numpy(dtype))
+        return f"({to_c(dtype)}){int(bits.view(f'u{bits.itemsize}'))}u", UNARY
     if dtype in ("f32", "f64"):
         value = float(value)
         if value != value or value in (math.inf, -math.inf):

@@ -14,7 +14,10 @@ Each helper pins down a semantic C leaves open or gets wrong for tdsl:
 """
 from __future__ import annotations
 
-from ..lowering.dtypes import FLOATS, UNSIGNED, int_range, saturation_top, to_c
+import math
+
+from ..lowering.dtypes import (FLOATS, MINIFLOATS, UNSIGNED, int_range, minifloat_format,
+                               saturation_top, to_c)
 
 _FLOOR_INT = """\
 {q} int64_t tdsl_floordiv_i64(int64_t a, int64_t b) {{
@@ -263,9 +266,58 @@ _ALLOC = """\
     return p;
 }}"""
 
+# The floats narrower than f16 (lowering/dtypes.py, MINIFLOATS) are held as their bits and
+# converted here, as ml_dtypes converts: to nearest even, overflow to the type's overflow
+# code. The value is scaled to whole quanta of its binade (subnormals share the smallest
+# normal binade's quantum), rounded by rint (the default rounding mode is to nearest even)
+# and scaled back; powers of two scale exactly. A double argument takes any float exactly.
+_TO_MINIFLOAT = """\
+{q} {ct} tdsl_to_{d}(double x) {{
+    const uint32_t sign = signbit(x) ? {sign}u : 0u;
+    if (x != x) return ({ct})({nan_code});
+    const double a = fabs(x);
+    if (a > {max}) {{
+        if (a == INFINITY || rint(ldexp(a, {mbits} - {top_exp})) > {top_quanta})
+            return ({ct})({overflow}u | sign);
+    }}
+    int e;
+    frexp(a, &e);                               /* a = f * 2^e, f in [0.5, 1) */
+    e = e - 1 < {emin} ? {emin} : e - 1;        /* the exponent of a's quantum */
+    uint32_t q = (uint32_t)rint(ldexp(a, {mbits} - e));
+    if (q == 0) return ({ct})({zero_sign});
+    if (q < (1u << {mbits})) return ({ct})(sign | q);   /* a subnormal (e is the smallest) */
+    if (q == (2u << {mbits})) {{ q >>= 1; e += 1; }}     /* rounded up into the next binade */
+    return ({ct})(sign | ((uint32_t)(e + {bias}) << {mbits}) | (q - (1u << {mbits})));
+}}"""
+
+_FROM_MINIFLOAT = """\
+{q} float tdsl_from_{d}({ct} b) {{
+    const uint32_t u = b, ex = (u >> {mbits}) & {emask}u, man = u & {mmask}u;
+    const float s = (u & {sign}u) ? -1.0f : 1.0f;{special}
+    return s * (ex ? ldexpf((float)(man | (1u << {mbits})), (int)ex - {bias} - {mbits})
+                   : ldexpf((float)man, {emin} - {mbits}));
+}}"""
+
+# bf16 is the top half of an f32
+_FROM_BF16 = """\
+{q} float tdsl_from_bf16(uint16_t b) {{
+    const uint32_t u = (uint32_t)b << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}}"""
+
+_MINIFLOAT_SPECIALS = {
+    "ieee": "\n    if (ex == {emask}u) return man ? NAN : s * INFINITY;",
+    "fn": "\n    if ((u & {ones}u) == {ones}u) return NAN;",
+    "fnuz": "\n    if (u == {sign}u) return NAN;",
+    "finite": "",
+}
+
 
 _SIZES = {"f32": 4, "f64": 8, "i8": 1, "i16": 2, "i32": 4, "i64": 8, "u8": 1, "u16": 2,
-          "u32": 4, "u64": 8, "f16": 2, "bool": 1}
+          "u32": 4, "u64": 8, "f16": 2, "bool": 1,
+          **{name: 2 if ctype == "uint16_t" else 1 for name, (_, ctype, *_f) in MINIFLOATS.items()}}
 
 
 def element_size(dtype: str) -> int:
@@ -398,6 +450,32 @@ class Helpers:
         self._add(f"vector_{name}", _VECTOR, scalar, v=name, vd=f"{scalar}x{lanes}",
                   lanes=", ".join(["s"] * lanes), bytes=lanes * _SIZES[scalar])
         return name
+
+    def to_minifloat(self, dtype: str) -> str:
+        """The conversion of a double to the bits of a `MINIFLOATS` type."""
+        f = minifloat_format(dtype)
+        top_exp = math.frexp(f["max"])[1] - 1         # the largest value's binade
+        self._add(f"to_{dtype}", _TO_MINIFLOAT, dtype, ct=f["ctype"], sign=f["sign"],
+                  nan=f["nan"], overflow=f["overflow"], mbits=f["mbits"], emin=f["emin"],
+                  bias=f["bias"], max=_float_literal(f["max"], "f64"), top_exp=top_exp,
+                  top_quanta=int(math.ldexp(f["max"], f["mbits"] - top_exp)),
+                  zero_sign="sign" if f["signed_zero"] else "0u",
+                  # f4e2m1 has no NaN: ml_dtypes gives a zero of the other sign
+                  nan_code=f"{f['nan']}u {'^' if f['kind'] == 'finite' else '|'} sign")
+        return f"tdsl_to_{dtype}"
+
+    def from_minifloat(self, dtype: str) -> str:
+        """The conversion of the bits of a `MINIFLOATS` type to the f32 it holds exactly."""
+        if dtype == "bf16":
+            self._add("from_bf16", _FROM_BF16)
+            return "tdsl_from_bf16"
+        f = minifloat_format(dtype)
+        fields = dict(emask=(1 << f["ebits"]) - 1, mmask=(1 << f["mbits"]) - 1,
+                      sign=f["sign"], ones=f["sign"] - 1)
+        self._add(f"from_{dtype}", _FROM_MINIFLOAT, dtype, ct=f["ctype"],
+                  mbits=f["mbits"], bias=f["bias"], emin=f["emin"],
+                  special=_MINIFLOAT_SPECIALS[f["kind"]].format(**fields), **fields)
+        return f"tdsl_from_{dtype}"
 
     def requantize(self) -> str:
         self._add("requantize", _REQUANTIZE)

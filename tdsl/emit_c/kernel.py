@@ -29,7 +29,7 @@ from cffi import FFI
 
 from ..errors import BuildError, CallError, not_an_array, wrong_dtype
 from ..lowering import te
-from ..lowering.dtypes import canonical_bools, to_c, to_numpy
+from ..lowering.dtypes import STORAGE_FLOATS, canonical_bools, is_float, to_c, to_numpy
 from ..lowering.loop_ir import Buffer, LoweredFunc
 from ..lowering import sizes
 from ..lowering.read_regions import check_reads
@@ -290,8 +290,8 @@ def _check_input(buf: Buffer, value, dtype: np.dtype):
         raise CallError(f"argument {buf.name} has rank {value.ndim} (shape {value.shape}), "
                         f"expected rank {len(buf.shape)}: {_describe(buf)}")
     if not buf.shape:
-        if buf.dtype == "f16":              # passed as its bits (printer.prototype)
-            return int(value.view(np.uint16))
+        if buf.dtype in STORAGE_FLOATS:     # passed as its bits (printer.prototype)
+            return _bits(value)
         return bool(value.view(np.uint8)) if buf.dtype == "bool" else value.item()
     if buf.dtype == "bool":
         value = canonical_bools(value)
@@ -304,13 +304,13 @@ def _scalar_argument(buf: Buffer, value):
     if isinstance(value, np.generic):
         if value.dtype != dtype:
             raise wrong_dtype(f"argument {buf.name}", buf.name, value.dtype, dtype, buf.dtype)
-        return int(value.view(np.uint16)) if buf.dtype == "f16" else value.item()
+        return _bits(value) if buf.dtype in STORAGE_FLOATS else value.item()
     if buf.dtype == "bool":
         ok = isinstance(value, bool)
-    elif buf.dtype in ("f32", "f64", "f16"):
+    elif is_float(buf.dtype):
         ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-        if ok and buf.dtype == "f16":
-            return int(np.float16(value).view(np.uint16))
+        if ok and buf.dtype in STORAGE_FLOATS:
+            return _bits(np.asarray(value, np.float32).astype(dtype))
     else:
         info = np.iinfo(dtype)
         ok = isinstance(value, int) and not isinstance(value, bool) and \
@@ -320,6 +320,11 @@ def _scalar_argument(buf: Buffer, value):
             raise _Foreign
         raise CallError(f"argument {buf.name} must be a {buf.dtype} scalar, got {value!r}")
     return value
+
+
+def _bits(value: np.ndarray) -> int:
+    """The bits of a storage float scalar, as its rank-0 parameter takes it."""
+    return int(value.view(f"u{value.dtype.itemsize}"))
 
 
 class _Foreign(Exception):

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
+
 from dataclasses import dataclass, field
 
 from ..errors import CheckError, ErrorList, Span
 from ..lowering import te
-from ..lowering.dtypes import DTYPES, INDEX
+from ..lowering.dtypes import DTYPES, INDEX, STORAGE_FLOATS, cast_array
 from . import ast
 from .calls import splice_call
 from .exprs import ExprConverter, Scope, const_value
@@ -288,35 +290,34 @@ class _Skip(Exception):
 
 
 def widen_f16(e: te.Expr) -> te.Expr:
-    """A stage value with every f16 computation done in f32 (docs/semantics.md, "f16"):
-    a load of an f16 tensor is widened exactly, f16 literals are rounded to f16 and kept as
-    f32, ``f16(x)`` rounds and widens again, and arithmetic, selects, intrinsics and
-    reductions of f16 become f32 (a reduction accumulates in f32). An f16 value is rounded
-    once, where it is stored: the result is cast back to f16 here."""
-    import numpy as np
-    if not any(x.dtype == "f16" for x in te.walk(e)):
+    """A stage value with every computation of a storage float (f16, bf16, the 8- and 4-bit
+    floats) done in f32 (docs/semantics.md, "f16"): a load of one is widened exactly,
+    literals are rounded to the type and kept as f32, ``f16(x)`` rounds and widens again,
+    and arithmetic, selects, intrinsics and reductions become f32 (a reduction accumulates
+    in f32). A value is rounded once, where it is stored: the result is cast back here."""
+    if not any(x.dtype in STORAGE_FLOATS for x in te.walk(e)):
         return e
 
     def post(x):
-        if x.dtype != "f16":
+        if x.dtype not in STORAGE_FLOATS:
             return None
         match x:
             case te.Load():
                 return te.Cast(x, "f32")
             case te.Const(v):
-                return te.Const(float(np.float16(v)), "f32")
-            case te.Cast(a) if a.dtype == "f16":
+                return te.Const(float(cast_array(v, x.dtype).astype(np.float32)), "f32")
+            case te.Cast(a) if a.dtype == x.dtype:
                 return a
             case te.Cast():
                 return te.Cast(x, "f32")
         return dataclasses.replace(x, dtype="f32")
 
     out = te.rewrite(e, post)
-    if e.dtype != "f16":
+    if e.dtype not in STORAGE_FLOATS:
         return out
-    if isinstance(out, te.Cast) and out.a.dtype == "f16":
+    if isinstance(out, te.Cast) and out.a.dtype == e.dtype:
         return out.a                # the rounded value itself: no second rounding
-    return te.Cast(out, "f16")
+    return te.Cast(out, e.dtype)
 
 
 def _dtype(ttype: ast.TensorType) -> str:

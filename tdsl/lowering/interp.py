@@ -20,7 +20,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numpy.lib.stride_tricks import as_strided
 
 from ..errors import CallError
 from . import sizes, te
@@ -33,6 +32,7 @@ from .lower import lower
 from .quantize import multiply_by_quantized_multiplier
 from .passes.flatten import alloc_size, strides_of
 from .read_regions import check_reads
+from .reference.views import strided
 from .schedule import Schedule
 
 
@@ -271,7 +271,7 @@ class _Interp:
             if off < 0 or last >= arr.size:
                 raise OutOfBounds(f"{name}: view of {buf.name} at {off} with strides "
                                   f"{strides} reaches {last}, outside {arr.size} elements")
-            views.append(as_strided(arr[off:], shape, [s * arr.itemsize for s in strides]))
+            views.append(strided(arr[off:], shape, [s * arr.itemsize for s in strides]))
         result = run(_lowered(intrin), [np.array(v) for v in views[:-1]])[0]
         body = fn.outputs[0].op.body
         if isinstance(body, te.Reduce):

@@ -14,7 +14,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
-from .dtypes import INDEX
+from .dtypes import FLOATS, INDEX
 
 BINARY_OPS = ("+", "-", "*", "/", "//", "%")
 COMPARE_OPS = ("<", "<=", ">", ">=", "==", "!=")
@@ -230,7 +230,7 @@ def _unify(a, b) -> tuple[Expr, Expr]:
 
 
 def _coerce(value, dtype: str):
-    if dtype in ("f32", "f64", "f16"):
+    if dtype in FLOATS:
         return float(value)
     if dtype == "bool":
         return bool(value)

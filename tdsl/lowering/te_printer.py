@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from . import te
+from .dtypes import FLOATS
 
 # Higher binds tighter; matches the grammar's precedence (the AST unparser shares it).
 PRECEDENCE = {"or": 1, "and": 2, "not": 3, "<": 4, "<=": 4, ">": 4, ">=": 4, "==": 4, "!=": 4,
@@ -21,7 +22,7 @@ def _fmt(e: te.Expr) -> tuple[str, int]:
         case te.Const(value, dtype):
             if dtype == "bool":
                 return ("true" if value else "false"), atom
-            if dtype in ("f32", "f64", "f16"):
+            if dtype in FLOATS:
                 text = repr(float(value))
                 return (text if dtype == "f32" else f"{dtype}({text})"), atom
             return str(value), atom

@@ -19,6 +19,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from ..errors import ScheduleError, TdslError
+from ..lowering.dtypes import is_float
 from .log import LogWriter, machine_fingerprint, make_record, read_log, records_for
 from .measure import LocalMeasurer
 from .search import ModelTuner, Tuner, make_tuner
@@ -55,7 +56,7 @@ class TuneResult:
     @property
     def unit(self) -> str:
         """GFLOP/s for an op with a float output; GOP/s (integer operations) otherwise."""
-        floats = any(t.dtype in ("f16", "f32", "f64") for t in self.task.fn.outputs)
+        floats = any(is_float(t.dtype) for t in self.task.fn.outputs)
         return "GFLOP/s" if floats else "GOP/s"
 
     def summary(self) -> str:

@@ -9,6 +9,7 @@ import operator
 from typing import Mapping
 
 from .. import te
+from ..dtypes import FLOATS
 
 
 class UnboundVar(Exception):
@@ -54,7 +55,7 @@ def eval_index(e: te.Expr, env: Mapping[str, int]) -> int:
                 raise UnboundVar(name)
             return env[name]
         case te.Const(value, dtype):
-            if dtype in ("f32", "f64", "f16"):
+            if dtype in FLOATS:
                 raise NotAnIndex(e)
             return int(value)
         case te.Binary(op, a, b) if op in _INT_BINARY:

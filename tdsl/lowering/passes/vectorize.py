@@ -24,7 +24,7 @@ from __future__ import annotations
 from .. import te
 from ..arith.linear import linear
 from ..arith.simplify import simplify
-from ..dtypes import INDEX, is_float
+from ..dtypes import INDEX, STORAGE_FLOATS, is_float
 from ..loop_ir import (Broadcast, BufferLoad, For, ForKind, LoweredFunc, Ramp, Seq, Store,
                        rewrite_loops, vector_dtype)
 
@@ -82,7 +82,7 @@ class _Vectorizer:
 
     def store(self, s: Store) -> Store:
         base = self.contiguous(s.indices[0])
-        if base is None or s.buffer.dtype == "f16":
+        if base is None or s.buffer.dtype in STORAGE_FLOATS:
             raise _NotVectorizable
         return Store(s.buffer, (self.ramp(base),), self.widen(self.expr(s.value)))
 
@@ -91,7 +91,7 @@ class _Vectorizer:
             return e                       # invariant: stays scalar, broadcast by the user
         match e:
             case BufferLoad(buf, (index,), dt, None):
-                if dt == "f16":
+                if dt in STORAGE_FLOATS:
                     raise _NotVectorizable     # no vector type of the storage type
                 if buf in self.written and self.written[buf] != (index,):
                     raise _NotVectorizable

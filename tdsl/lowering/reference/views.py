@@ -97,7 +97,16 @@ def strided_view(arr: np.ndarray, forms: list[Affine], extents: list[int]) -> np
         start.append(c)
     # lo <= c_d <= hi, so the first element exists; slicing keeps arr's own strides.
     base = arr[tuple(slice(c, c + 1) for c in start)]
-    return as_strided(base, shape=shape, strides=strides, writeable=False)
+    return strided(base, shape, strides, writeable=False)
+
+
+def strided(arr: np.ndarray, shape, strides, **kw) -> np.ndarray:
+    """``as_strided``, which also takes ml_dtypes' types (bf16, the 8- and 4-bit floats):
+    numpy's array interface knows only their bits."""
+    if arr.dtype.isbuiltin == 2:
+        bits = arr.view(f"u{arr.dtype.itemsize}")
+        return as_strided(bits, shape=shape, strides=strides, **kw).view(arr.dtype)
+    return as_strided(arr, shape=shape, strides=strides, **kw)
 
 
 def gather(arr: np.ndarray, idx: list[np.ndarray], mask: np.ndarray | None) -> np.ndarray:
