@@ -138,3 +138,17 @@ def test_backends_without_them_refuse():
                        (emit_embedded, "c-embedded")):
         with pytest.raises(BuildError, match=f"Y: f8e4m3fn are not supported on {name}"):
             emit(f)
+
+
+@pytest.mark.parametrize("t", ["f16", "bf16", "f8e4m3fn"])
+def test_a_graphs_rank0_storage_float_input_is_passed_as_its_bits(t):
+    """A graph reads a rank-0 input at each run; a storage float's must go as its bits
+    (it went as its value: 2.0 became the code 2, a subnormal)."""
+    g = tdsl.loads(f"""
+op scale(X: {t}[N], S: {t}) -> Y: f32[N] {{ Y[i] = f32(X[i]) * f32(S) }}
+graph net(x: {t}[4], s: {t}) -> (y: f32[4]) {{ y = scale(x, s) }}
+""")["net"].build()
+    dt = to_numpy(t)
+    x = np.array([0.5, 1, -2, 3], np.float32).astype(dt)
+    np.testing.assert_array_equal(g(x, np.asarray(2.0, np.float32).astype(dt)),
+                                  x.astype(np.float32) * 2)

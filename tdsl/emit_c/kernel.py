@@ -114,8 +114,8 @@ class Kernel:
         return self._runner(args), outputs
 
     def _run_reading(self, args: list, live) -> None:
-        for i, a in live:
-            args[i] = a[()]
+        for i, a in live:           # a storage float is passed as its bits (prototype)
+            args[i] = _bits(a) if self.func.params[i].dtype in STORAGE_FLOATS else a[()]
         self._run(args)
 
     def _prepare(self, arrays, out):

@@ -17,7 +17,7 @@ import numpy as np
 
 from . import templates as T
 from .convert import Tensor
-from .elementwise import f16_via_f32
+from .elementwise import storage_via_f32
 from .registry import converter, opt as _opt
 
 NEG = "-inf"
@@ -45,7 +45,7 @@ _PRECISION = {1: "f32", 11: "f64"}
 @converter("Attention", attrs=("is_causal", "kv_num_heads", "q_num_heads",
                                "qk_matmul_output_mode", "scale", "softcap",
                                "softmax_precision", "left_window_size", "right_window_size"))
-@f16_via_f32
+@storage_via_f32
 def attention(cv, node, a):
     q_t, k_t, v_t = (cv.tensor(n) for n in node.input[:3])
     dt = _float_dtype(cv, q_t, "Q")

@@ -16,7 +16,7 @@ import math
 import numpy as np
 
 from . import templates as T
-from .elementwise import f16_via_f32
+from .elementwise import storage_via_f32
 from .registry import converter, opt as _opt, text as _text
 
 _FLOATS = ("f32", "f64")
@@ -170,7 +170,7 @@ def _conv1d_as_2d(cv, node, x, w, shape, pads, stride, dil, group, bias):
 
 @converter("Conv", attrs=("auto_pad", "dilations", "group", "kernel_shape", "pads",
                           "strides"))
-@f16_via_f32
+@storage_via_f32
 def conv(cv, node, a):
     x = _float_input(cv, node.input[0], "Conv")
     w = cv.tensor(node.input[1])
@@ -261,7 +261,7 @@ def _scatter_window(out_sp, in_sp, kernel, strides, dil, pads_lo, oi, ki):
 
 @converter("ConvTranspose", attrs=("auto_pad", "dilations", "group", "kernel_shape",
                                    "output_padding", "output_shape", "pads", "strides"))
-@f16_via_f32
+@storage_via_f32
 def conv_transpose(cv, node, a):
     x = _float_input(cv, node.input[0], "ConvTranspose")
     w = cv.tensor(node.input[1])
@@ -419,7 +419,7 @@ def _pool_counts(ins, out, kernel, strides, dil, pads, count_pad):
 @converter("MaxPool", "AveragePool", "LpPool",
            attrs=("auto_pad", "ceil_mode", "count_include_pad", "kernel_shape", "pads",
                   "strides", "dilations", "storage_order", "p"))
-@f16_via_f32
+@storage_via_f32
 def pool(cv, node, a):
     kind = {"MaxPool": "max", "AveragePool": "avg", "LpPool": "lp"}[node.op_type]
     x = cv.tensor(node.input[0])
@@ -526,7 +526,7 @@ def _max_pool_indices(cv, node, a, x, shape, kernel, strides, dil, pads, conds, 
 
 
 @converter("GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool", attrs=("p",))
-@f16_via_f32
+@storage_via_f32
 def global_pool(cv, node, a):
     x = cv.tensor(node.input[0])
     kind = node.op_type

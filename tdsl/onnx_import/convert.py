@@ -17,7 +17,7 @@ import re
 import numpy as np
 
 from ..errors import TdslError
-from ..lowering.dtypes import from_numpy, to_numpy
+from ..lowering.dtypes import MINIFLOATS, from_numpy, to_numpy
 from . import templates as T
 
 RESERVED = {"op", "import", "schedule", "for", "as", "knob", "in", "require", "if", "else",
@@ -48,18 +48,18 @@ class NeedsConstant(TdslError):
 
 def tdsl_dtype(dt, what: str) -> str:
     """The tdsl dtype of numpy dtype ``dt``, or a clear error naming ``what``."""
-    name = from_numpy(dt) if np.dtype(dt).kind in "fiub" else None
+    name = from_numpy(dt)
     if name not in SUPPORTED_DTYPES:
         raise TdslError(f"{what} has dtype {np.dtype(dt)}, which tdsl graphs don't carry "
                         f"(they carry {', '.join(SUPPORTED_DTYPES)})")
     return name
 
 
-# the dtypes an imported graph carries (docs/onnx.md): f16 is stored as f16 and computed in
-# f32 (rounded on each store, as onnxruntime's CPU kernels do); bfloat16, the float8 and
-# 4-bit types and strings are refused by `tdsl_dtype`
-SUPPORTED_DTYPES = ("f32", "f64", "f16", "i64", "i32", "i16", "i8", "u8", "u16", "u32", "u64",
-                    "bool")
+# the dtypes an imported graph carries (docs/onnx.md): f16, bf16 and the 8- and 4-bit floats
+# are stored as such and computed in f32 (rounded on each store, as onnxruntime's CPU kernels
+# do f16); the 4- and 2-bit integers, float8e8m0 and strings are refused by `tdsl_dtype`
+SUPPORTED_DTYPES = ("f32", "f64", "f16", *MINIFLOATS, "i64", "i32", "i16", "i8", "u8", "u16",
+                    "u32", "u64", "bool")
 
 
 class Converter:

@@ -14,11 +14,12 @@ import math
 
 import numpy as np
 
+from ..lowering.dtypes import STORAGE_FLOATS, to_numpy
 from . import templates as T
 from .convert import Tensor
 from .registry import converter, opt as _opt, text
 
-FLOATS = ("f32", "f64", "f16")
+FLOATS = ("f32", "f64", *STORAGE_FLOATS)
 UNSIGNED = ("u8", "u16", "u32", "u64")
 INTS = ("i64", "i32", "i16", "i8") + UNSIGNED
 
@@ -39,21 +40,24 @@ def _emit(cv, out, names, expr: str, kind: str, dtype: str | None = None) -> Non
             dtype=dtype)
 
 
-def f16_via_f32(fn):
-    """A converter of float ops that also takes f16 inputs: they are widened to f32
-    (exactly), the node is converted at f32 and its f32 outputs are rounded to f16, once
-    per output, as onnxruntime's CPU kernels compute f16 (docs/onnx.md). Put it below
-    ``@converter``; nodes without an f16 input go to ``fn`` as they are."""
+def storage_via_f32(fn):
+    """A converter of float ops that also takes inputs of a storage float (f16, bf16, the 8-
+    and 4-bit floats): they are widened to f32 (exactly), the node is converted at f32 and
+    its f32 outputs are rounded to that type, once per output, as onnxruntime's CPU kernels
+    compute f16 (docs/onnx.md). Put it below ``@converter``; nodes without such an input go
+    to ``fn`` as they are."""
     import functools
 
     @functools.wraps(fn)
     def wrapped(cv, node, a):
-        if not any(n and cv.dtype(n) == "f16" for n in node.input):
+        narrow = next((cv.dtype(n) for n in node.input
+                       if n and cv.dtype(n) in STORAGE_FLOATS), None)
+        if narrow is None:
             return fn(cv, node, a)
         wide = type(node)()
         wide.CopyFrom(node)
         for k, n in enumerate(node.input):
-            if n and cv.dtype(n) == "f16":
+            if n and cv.dtype(n) in STORAGE_FLOATS:
                 wide.input[k] = n + "#f32"
                 if cv.is_static(n):
                     cv.static[wide.input[k]] = cv.static[n].astype(np.float32)
@@ -68,9 +72,9 @@ def f16_via_f32(fn):
                 continue
             if cv.is_static(w):
                 v = cv.static[w]
-                cv.static[n] = v.astype(np.float16) if v.dtype == np.float32 else v
+                cv.static[n] = v.astype(to_numpy(narrow)) if v.dtype == np.float32 else v
             elif w in cv.tensors and cv.dtype(w) == "f32":
-                cv.elementwise(n, [w], "f16({0})", "round_f16", "f16")
+                cv.elementwise(n, [w], f"{narrow}({{0}})", f"round_{narrow}", narrow)
             elif w in cv.tensors:
                 cv.alias(n, w)
     return wrapped
@@ -263,7 +267,7 @@ def unary(cv, node, a):
         _need(cv, node, dtype, FLOATS)
         expr = _FLOAT_FN[op][0]
     else:
-        signed = ("f32", "f64", "f16", "i64", "i32", "i16", "i8")
+        signed = (*FLOATS, "i64", "i32", "i16", "i8")
         _need(cv, node, dtype, signed + UNSIGNED if op != "Neg" else signed)
         zero = T.lit(0, dtype)
         if op == "Relu":

@@ -14,6 +14,7 @@ import math
 
 import numpy as np
 
+from ..lowering.dtypes import MINIFLOATS, minifloat_format
 from . import templates as T
 from .registry import converter, opt
 
@@ -71,18 +72,34 @@ def quantize(cv, node, a):
             out = tdsl_dtype(helper.tensor_dtype_to_np_dtype(a["output_dtype"]),
                              "QuantizeLinear's output_dtype")
         zero = ""
-    lo, hi = _qrange(cv, out)
-    body = (f"{out}(min(max(round({T.at('X', i)} / {s}){zero}, {T.lit(lo)}), "
-            f"{T.lit(hi)}))")
+    if out in MINIFLOATS:
+        body = _quantize_float(cv, node, a, out, f"{T.at('X', i)} / {s}", zero, x.dtype)
+    else:
+        lo, hi = _qrange(cv, out)
+        body = (f"{out}(min(max(round({T.at('X', i)} / {s}){zero}, {T.lit(lo)}), "
+                f"{T.lit(hi)}))")
     text = (f"op {{name}}({', '.join(params)}) -> Y: {T.ty(x.shape, out)} {{\n"
             f"    {T.at('Y', i)} = {body}\n}}\n")
     cv.call(node.output[0], cv.op("quantize", text), args, x.shape, dtype=out)
 
 
+def _quantize_float(cv, node, a, out, scaled, zero, dtype) -> str:
+    """QuantizeLinear's value for a float output type, as ONNX's reference computes it:
+    ``x / scale`` cast to nearest even, saturated to the type's largest value for the 8-bit
+    floats unless ``saturate=0`` (f4e2m1 saturates always, and adds its zero point)."""
+    if out == "f4e2m1":
+        return f"{out}({scaled}{zero})"
+    if not a.get("saturate", 1):
+        return f"{out}({scaled})"
+    top = T.lit(minifloat_format(out)["max"], dtype)
+    neg = T.lit(-minifloat_format(out)["max"], dtype)
+    return f"{out}(select({scaled} > {top}, {top}, select({scaled} < {neg}, {neg}, {scaled})))"
+
+
 @converter("DequantizeLinear", attrs=("axis", "block_size", "output_dtype", "precision"))
 def dequantize(cv, node, a):
     x = cv.tensor(node.input[0])
-    if x.dtype not in ("u8", "i8", "i16", "u16", "i32"):
+    if x.dtype not in ("u8", "i8", "i16", "u16", "i32", *MINIFLOATS):
         raise cv.error(f"DequantizeLinear of {x.dtype}")
     rank = len(x.shape)
     axis = a.get("axis", 1) % max(rank, 1)

@@ -11,13 +11,15 @@ import math
 
 import numpy as np
 
+from ..lowering.dtypes import is_float
+
 
 def lit(v, dtype: str = "f32") -> str:
     """A literal of ``dtype`` in .tdsl: a float always with a point or an exponent (NaN as
     ``0.0 / 0.0``), an integer as digits, a bool as ``true``/``false``."""
     if dtype == "bool":
         return "true" if v else "false"
-    if dtype not in ("f32", "f64", "f16"):
+    if not is_float(dtype):
         return str(int(v))
     v = float(v)
     if math.isnan(v):

@@ -9,8 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import templates as T
-from ..lowering.dtypes import to_numpy
-from ..lowering.dtypes import from_numpy
+from ..lowering.dtypes import MINIFLOATS, from_numpy, is_float, minifloat_format, to_numpy
 from .convert import SUPPORTED_DTYPES, NeedsConstant, tdsl_dtype
 from .registry import converter, opt as _opt, text
 
@@ -57,12 +56,18 @@ def cast(cv, node, a):
             np_dtype = helper.tensor_dtype_to_np_dtype(a["to"])
         except (KeyError, ValueError):
             raise cv.error(f"a cast to ONNX type {a['to']}") from None
-        if from_numpy(np_dtype) is None or np.dtype(np_dtype).kind not in "fiub":
+        if from_numpy(np_dtype) not in SUPPORTED_DTYPES:
             raise cv.error(f"a cast to {np.dtype(np_dtype)}: tdsl graphs don't carry it "
                            f"(they carry {', '.join(SUPPORTED_DTYPES)})")
         dtype = tdsl_dtype(np_dtype, "the cast's target type")
+    # ONNX saturates a cast to an 8-bit float by default: out-of-range values and infinities
+    # become the largest value (tdsl's cast, like numpy's, gives infinity or NaN)
+    top = _F8_LARGEST.get(dtype) if a.get("saturate", 1) else None
     if cv.is_static(x):
-        cv.static[node.output[0]] = cv.static[x].astype(to_numpy(dtype))
+        v = cv.static[x]
+        if top is not None:
+            v = np.where(np.isnan(v), v, np.clip(v, -top, top))
+        cv.static[node.output[0]] = v.astype(to_numpy(dtype))
         return
     src = cv.tensor(x)
     if src.dtype == dtype:
@@ -70,9 +75,16 @@ def cast(cv, node, a):
         return
     # tdsl's casts: float to integer truncates and saturates, bool(x) is x != 0; a float
     # to bool goes through the comparison so that NaN is true, as in numpy
-    expr = "{0} != 0.0" if dtype == "bool" and src.dtype in ("f32", "f64") else \
-        f"{dtype}({{0}})"
-    cv.elementwise(node.output[0], [x], expr, f"cast_{dtype}", dtype)
+    expr = "{0} != 0.0" if dtype == "bool" and is_float(src.dtype) else f"{dtype}({{0}})"
+    if top is not None and is_float(src.dtype):
+        clamped = f"select({{0}} > {top!r}, {top!r}, select({{0}} < {-top!r}, {-top!r}, {{0}}))"
+        expr = f"{dtype}({clamped})"
+    cv.elementwise(node.output[0], [x], expr, f"cast_{dtype}{'_sat' * (top is not None)}",
+                   dtype)
+
+
+# the largest value of each 8-bit float, where ONNX's saturating casts clamp
+_F8_LARGEST = {t: minifloat_format(t)["max"] for t in MINIFLOATS if t.startswith("f8")}
 
 
 @converter("Identity", "Dropout", attrs=("ratio", "seed", "is_test", "training_mode"))
