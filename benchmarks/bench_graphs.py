@@ -4,6 +4,7 @@ onnxruntime and PyTorch where installed, in one run, with ratios.
     python benchmarks/bench_graphs.py              # small CNN and the ResNet-18-style stack
     python benchmarks/bench_graphs.py --resnet50   # and ResNet-50 at 1x3x224x224
     python benchmarks/bench_graphs.py --threads 1  # one thread for tdsl and onnxruntime
+    python benchmarks/bench_graphs.py --imported   # and the models exported from PyTorch
 
 The ResNets are built with onnx's helper API (random weights; `tests/onnx_models.py`) and
 imported with `tdsl import`'s converter, so they need the onnx package. Machines here are
@@ -169,6 +170,10 @@ def main(argv=None) -> int:
     p.add_argument("--target", default="c", help="the tdsl target (default: the host)")
     p.add_argument("--ghz", type=float, help="the clock for --profile's %% of peak (default: "
                    "the reported one, often the base clock under a hypervisor)")
+    p.add_argument("--imported", action="store_true", help="then the models exported from "
+                   "PyTorch (tests/models/*.onnx: BERT, GPT, ViT, the LSTM keyword spotter, "
+                   "the GRU tagger, the audio CNN, DCGAN, U-Net, the 3-D conv block, the "
+                   "quantized CNN), imported, beside onnxruntime (bench_onnx_models.py)")
     args = p.parse_args(argv)
     if args.threads:
         os.environ["OMP_NUM_THREADS"] = str(args.threads)     # read when libgomp loads
@@ -210,6 +215,11 @@ def main(argv=None) -> int:
         if args.profile:
             profile(name, builds[default], x, t, args.ghz)
             print(flush=True)
+    if args.imported:
+        import bench_onnx_models
+        print(flush=True)
+        return bench_onnx_models.main(["--no-conv", "--rounds", str(args.rounds)]
+                                      + (["--profile"] if args.profile else []))
     return 0
 
 
