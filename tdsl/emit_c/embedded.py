@@ -224,7 +224,7 @@ def header_text(macro: str, what: str, target, entry_doc: str, arena_bytes: int,
 def emit_embedded(func: LoweredFunc, shapes: dict | None = None, target=None
                   ) -> EmbeddedModule:
     """Print ``func`` as a strict-C99 ``.c``/``.h`` pair for a ``c-embedded`` target."""
-    from ..lowering.dtypes import refuse_f16
+    from ..lowering.dtypes import refuse_storage_floats
     # _Float16 is no C99, and 32-bit Arm's gcc needs -mfp16-format=ieee for it
-    refuse_f16(func, "c-embedded (strict C99)")
+    refuse_storage_floats(func, "c-embedded (strict C99)")
     return EmbeddedC(func, shapes, target or "c-embedded").module()

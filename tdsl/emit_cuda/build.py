@@ -11,7 +11,7 @@ from ..emit_c.device_kernel import DeviceKernel
 from ..emit_c.printer import fixed_shapes
 from ..errors import BuildError
 from ..lowering.device import split_kernels
-from ..lowering.dtypes import refuse_f16
+from ..lowering.dtypes import refuse_storage_floats
 from ..lowering.loop_ir import LoweredFunc
 from ..target import as_target
 from .host import CudaHost, CudaHostC
@@ -27,7 +27,7 @@ class CudaSource:
 
 def emit_cuda(func: LoweredFunc, shapes: dict | None = None, target=None) -> CudaSource:
     target = as_target(target or "cuda")
-    refuse_f16(func, "CUDA")
+    refuse_storage_floats(func, "CUDA")
     dev = split_kernels(func)
     check_limits(dev, target)
     host = CudaHostC(func, shapes, target)

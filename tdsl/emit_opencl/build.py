@@ -14,7 +14,7 @@ from ..emit_c.device_kernel import DeviceKernel
 from ..emit_c.printer import fixed_shapes
 from ..errors import BuildError
 from ..lowering.device import split_kernels
-from ..lowering.dtypes import refuse_f16
+from ..lowering.dtypes import refuse_storage_floats
 from ..lowering.loop_ir import LoweredFunc
 from ..target import as_target
 from .host import OpenCLHost
@@ -31,7 +31,7 @@ class OpenCLSource:
 
 def emit_opencl(func: LoweredFunc, shapes: dict | None = None, target=None) -> OpenCLSource:
     target = as_target(target or "opencl")
-    refuse_f16(func, "OpenCL")
+    refuse_storage_floats(func, "OpenCL")
     dev = split_kernels(func)
     check_limits(dev, target)
     host = HostC(func, shapes, target)

@@ -89,7 +89,7 @@ def minifloat_format(dtype: str) -> dict:
                 infinity=infinity if kind == "ieee" else None)
 
 
-def refuse_f16(func, backend: str) -> None:
+def refuse_storage_floats(func, backend: str) -> None:
     """A `BuildError` when a loop-IR function holds buffers of a storage float:
     ``backend`` (OpenCL, CUDA, c-embedded) has no support for them in tdsl yet (the host C
     target has, through gcc's ``_Float16`` and `emit_c.helpers`' minifloat codecs)."""
