@@ -109,6 +109,17 @@ def test_unsupported_casts_are_refused_naming_the_dtype():
 
 
 @needs_gcc
+@pytest.mark.parametrize("to", [TensorProto.FLOAT8E4M3FN, TensorProto.FLOAT8E5M2FNUZ])
+def test_casts_to_8_bit_floats_saturate_unless_told_not_to(to):
+    """As ONNX's reference: from floats and from integers, ±inf and NaN included."""
+    x = {"x": np.array([1e6, -1e6, np.inf, -np.inf, np.nan, 300.5, -0.3], np.float32),
+         "n": np.array([100000, -70000, 3, 0, -1, 449, 241], np.int32)}
+    nodes = [helper.make_node("Cast", [src], [f"y_{src}_{sat}"], to=to, saturate=sat)
+             for src in x for sat in (1, 0)]
+    check(nodes, x, [n.output[0] for n in nodes], opset=21)
+
+
+@needs_gcc
 def test_gathers_and_scatters_with_computed_indices():
     rng = np.random.default_rng(0)
     inputs = {"x": rng.standard_normal((3, 5, 4)).astype(np.float32),

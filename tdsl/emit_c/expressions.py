@@ -299,7 +299,7 @@ def c_literal(value, dtype: str) -> tuple[str, int]:
         text, _ = c_literal(float(np.float16(value)), "f32")
         return f"(_Float16){text}", UNARY
     if dtype in MINIFLOATS:         # its bits
-        bits = np.asarray(value, np.float32).astype(to_numpy(dtype))
+        bits = np.asarray(value, np.float64).astype(to_numpy(dtype))
         return f"({to_c(dtype)}){int(bits.view(f'u{bits.itemsize}'))}u", UNARY
     if dtype in ("f32", "f64"):
         value = float(value)

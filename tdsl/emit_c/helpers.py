@@ -456,7 +456,7 @@ class Helpers:
         f = minifloat_format(dtype)
         top_exp = math.frexp(f["max"])[1] - 1         # the largest value's binade
         self._add(f"to_{dtype}", _TO_MINIFLOAT, dtype, ct=f["ctype"], sign=f["sign"],
-                  nan=f["nan"], overflow=f["overflow"], mbits=f["mbits"], emin=f["emin"],
+                  overflow=f["overflow"], mbits=f["mbits"], emin=f["emin"],
                   bias=f["bias"], max=_float_literal(f["max"], "f64"), top_exp=top_exp,
                   top_quanta=int(math.ldexp(f["max"], f["mbits"] - top_exp)),
                   zero_sign="sign" if f["signed_zero"] else "0u",

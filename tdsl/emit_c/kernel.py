@@ -107,15 +107,17 @@ class Kernel:
             return _interop().bind(self, arrays, out, self._input_names)
         # a scalar goes to C by value: a 0-d array's value is read at each run, as an
         # array's elements are (a graph module writes its inputs into bound arrays)
-        live = [(i, a) for i, (c_type, a) in enumerate(zip(self._c_types, arrays))
+        # (a storage float goes as its bits: printer.prototype)
+        live = [(i, a, self.func.params[i].dtype in STORAGE_FLOATS)
+                for i, (c_type, a) in enumerate(zip(self._c_types, arrays))
                 if c_type is None and isinstance(a, np.ndarray)]
         if live:
             return functools.partial(self._run_reading, args, live), outputs
         return self._runner(args), outputs
 
     def _run_reading(self, args: list, live) -> None:
-        for i, a in live:           # a storage float is passed as its bits (prototype)
-            args[i] = _bits(a) if self.func.params[i].dtype in STORAGE_FLOATS else a[()]
+        for i, a, as_bits in live:
+            args[i] = _bits(a) if as_bits else a[()]
         self._run(args)
 
     def _prepare(self, arrays, out):
@@ -310,7 +312,7 @@ def _scalar_argument(buf: Buffer, value):
     elif is_float(buf.dtype):
         ok = isinstance(value, (int, float)) and not isinstance(value, bool)
         if ok and buf.dtype in STORAGE_FLOATS:
-            return _bits(np.asarray(value, np.float32).astype(dtype))
+            return _bits(np.asarray(value, np.float64).astype(dtype))
     else:
         info = np.iinfo(dtype)
         ok = isinstance(value, int) and not isinstance(value, bool) and \

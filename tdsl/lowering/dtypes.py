@@ -85,8 +85,7 @@ def minifloat_format(dtype: str) -> dict:
     overflow = {"ieee": infinity, "fn": nan, "fnuz": nan, "finite": largest}[kind]
     return dict(ctype=ctype, ebits=ebits, mbits=mbits, kind=kind, bias=bias,
                 emin=1 - bias, max=top_mantissa * 2.0 ** top_exponent, sign=sign,
-                nan=nan, overflow=overflow, signed_zero=kind != "fnuz",
-                infinity=infinity if kind == "ieee" else None)
+                nan=nan, overflow=overflow, signed_zero=kind != "fnuz")
 
 
 def refuse_storage_floats(func, backend: str) -> None:
@@ -129,7 +128,7 @@ def from_numpy(dt) -> str | None:
     for name, (np_t, _) in _TABLE.items():
         if np_t is not None and np.dtype(np_t) == dt:
             return name
-    if dt.kind == "V" or dt.type.__module__.startswith("ml_dtypes"):
+    if dt.isbuiltin == 2:          # a user-defined dtype: ml_dtypes' are named as MINIFLOATS
         for name, (ml_name, *_rest) in MINIFLOATS.items():
             if dt.type.__name__ == ml_name:
                 return name

@@ -14,7 +14,7 @@ import math
 
 import numpy as np
 
-from ..lowering.dtypes import MINIFLOATS, minifloat_format
+from ..lowering.dtypes import MINIFLOATS
 from . import templates as T
 from .registry import converter, opt
 
@@ -73,7 +73,7 @@ def quantize(cv, node, a):
                              "QuantizeLinear's output_dtype")
         zero = ""
     if out in MINIFLOATS:
-        body = _quantize_float(cv, node, a, out, f"{T.at('X', i)} / {s}", zero, x.dtype)
+        body = _quantize_float(a, out, f"{T.at('X', i)} / {s}", zero, x.dtype)
     else:
         lo, hi = _qrange(cv, out)
         body = (f"{out}(min(max(round({T.at('X', i)} / {s}){zero}, {T.lit(lo)}), "
@@ -83,17 +83,13 @@ def quantize(cv, node, a):
     cv.call(node.output[0], cv.op("quantize", text), args, x.shape, dtype=out)
 
 
-def _quantize_float(cv, node, a, out, scaled, zero, dtype) -> str:
+def _quantize_float(a, out, scaled, zero, dtype) -> str:
     """QuantizeLinear's value for a float output type, as ONNX's reference computes it:
     ``x / scale`` cast to nearest even, saturated to the type's largest value for the 8-bit
     floats unless ``saturate=0`` (f4e2m1 saturates always, and adds its zero point)."""
     if out == "f4e2m1":
         return f"{out}({scaled}{zero})"
-    if not a.get("saturate", 1):
-        return f"{out}({scaled})"
-    top = T.lit(minifloat_format(out)["max"], dtype)
-    neg = T.lit(-minifloat_format(out)["max"], dtype)
-    return f"{out}(select({scaled} > {top}, {top}, select({scaled} < {neg}, {neg}, {scaled})))"
+    return T.saturated(scaled, out, dtype) if a.get("saturate", 1) else f"{out}({scaled})"
 
 
 @converter("DequantizeLinear", attrs=("axis", "block_size", "output_dtype", "precision"))

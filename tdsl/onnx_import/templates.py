@@ -11,7 +11,7 @@ import math
 
 import numpy as np
 
-from ..lowering.dtypes import is_float
+from ..lowering.dtypes import is_float, minifloat_format
 
 
 def lit(v, dtype: str = "f32") -> str:
@@ -29,6 +29,17 @@ def lit(v, dtype: str = "f32") -> str:
     text = repr(v)
     text = text if any(c in text for c in ".en") else text + ".0"
     return f"({text})" if v < 0 else text
+
+
+def saturated(expr: str, dtype: str, src: str) -> str:
+    """``expr`` (of dtype ``src``) cast to the 8-bit float ``dtype`` as ONNX's Cast and
+    QuantizeLinear saturate by default: what lies beyond the largest value, infinities
+    included, becomes it; NaN stays NaN (tdsl's cast, like numpy's, gives infinity or NaN)."""
+    if not is_float(src):
+        expr, src = f"f64({expr})", "f64"
+    top = minifloat_format(dtype)["max"]
+    hi, lo = lit(top, src), lit(-top, src)
+    return f"{dtype}(select({expr} > {hi}, {hi}, select({expr} < {lo}, {lo}, {expr})))"
 
 
 class Literal:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import templates as T
-from ..lowering.dtypes import MINIFLOATS, from_numpy, is_float, minifloat_format, to_numpy
+from ..lowering.dtypes import from_numpy, is_float, minifloat_format, to_numpy
 from .convert import SUPPORTED_DTYPES, NeedsConstant, tdsl_dtype
 from .registry import converter, opt as _opt, text
 
@@ -60,13 +60,12 @@ def cast(cv, node, a):
             raise cv.error(f"a cast to {np.dtype(np_dtype)}: tdsl graphs don't carry it "
                            f"(they carry {', '.join(SUPPORTED_DTYPES)})")
         dtype = tdsl_dtype(np_dtype, "the cast's target type")
-    # ONNX saturates a cast to an 8-bit float by default: out-of-range values and infinities
-    # become the largest value (tdsl's cast, like numpy's, gives infinity or NaN)
-    top = _F8_LARGEST.get(dtype) if a.get("saturate", 1) else None
+    saturate = dtype.startswith("f8") and bool(a.get("saturate", 1))     # T.saturated
     if cv.is_static(x):
         v = cv.static[x]
-        if top is not None:
-            v = np.where(np.isnan(v), v, np.clip(v, -top, top))
+        if saturate and v.dtype != bool:
+            top = minifloat_format(dtype)["max"]
+            v = np.clip(v, -top, top)
         cv.static[node.output[0]] = v.astype(to_numpy(dtype))
         return
     src = cv.tensor(x)
@@ -76,15 +75,10 @@ def cast(cv, node, a):
     # tdsl's casts: float to integer truncates and saturates, bool(x) is x != 0; a float
     # to bool goes through the comparison so that NaN is true, as in numpy
     expr = "{0} != 0.0" if dtype == "bool" and is_float(src.dtype) else f"{dtype}({{0}})"
-    if top is not None and is_float(src.dtype):
-        clamped = f"select({{0}} > {top!r}, {top!r}, select({{0}} < {-top!r}, {-top!r}, {{0}}))"
-        expr = f"{dtype}({clamped})"
-    cv.elementwise(node.output[0], [x], expr, f"cast_{dtype}{'_sat' * (top is not None)}",
-                   dtype)
-
-
-# the largest value of each 8-bit float, where ONNX's saturating casts clamp
-_F8_LARGEST = {t: minifloat_format(t)["max"] for t in MINIFLOATS if t.startswith("f8")}
+    saturate = saturate and src.dtype != "bool"
+    if saturate:
+        expr = T.saturated("{0}", dtype, src.dtype)
+    cv.elementwise(node.output[0], [x], expr, f"cast_{dtype}{'_sat' * saturate}", dtype)
 
 
 @converter("Identity", "Dropout", attrs=("ratio", "seed", "is_test", "training_mode"))
