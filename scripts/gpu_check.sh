@@ -10,6 +10,11 @@
 #                                          # PTX), the runs skipped ("no CUDA device"), and
 #                                          # nothing installed (tdsl from this checkout)
 #
+#     TDSL_GPU_WHEELS=DIR bash scripts/gpu_check.sh   # a machine with no package registry:
+#                                          # tdsl's missing dependencies from wheels in DIR
+#                                          # (`pip download lark cffi pycparser -d DIR`), tdsl
+#                                          # from this checkout
+#
 # Needs: an NVIDIA GPU with its driver, python3 with pip, gcc. nvcc is used from PATH (or
 # /usr/local/cuda/bin); without one, the CUDA toolkit's pip wheels are installed (the CUDA
 # 13 ones for a driver of CUDA 13 or later, else the CUDA 12 ones), and nvcc finds the
@@ -39,7 +44,13 @@ else
     echo "compute capability sm_${cap}; the driver supports CUDA ${driver_cuda:-?}"
 
     say "Python packages"
-    python3 -m pip install --quiet --disable-pip-version-check -e '.[test]'
+    if [ -n "${TDSL_GPU_WHEELS:-}" ]; then
+        python3 -m pip install --quiet --disable-pip-version-check --no-index \
+            --find-links "$TDSL_GPU_WHEELS" "$TDSL_GPU_WHEELS"/*.whl
+        export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+    else
+        python3 -m pip install --quiet --disable-pip-version-check -e '.[test]'
+    fi
 fi
 
 say "nvcc"
@@ -73,7 +84,8 @@ export TDSL_TEST_CUDA_TARGET="$target"
 workers=$(python3 -c 'import os; print(max(1, min(16, len(os.sched_getaffinity(0)))))')
 [ "$dry" = 1 ] && workers=${TDSL_GPU_CHECK_WORKERS:-2}
 python3 -m pytest -q -p no:cacheprovider -n "$workers" -rs tests/test_stdlib_cuda.py \
-    tests/test_gpu_lowering.py tests/test_gpu_reductions.py
+    tests/test_gpu_lowering.py tests/test_gpu_reductions.py \
+    "tests/test_one_semantics.py::test_float_to_int_casts_saturate_under_cuda"
 
 say "CUDA benchmark"
 python3 benchmarks/bench_ops.py --target "$target" matmul conv2d
