@@ -40,6 +40,7 @@ import numpy as np
 
 import tdsl
 from tdsl.graph_api import BLOCKED_LAYOUT_DEFAULT
+from tdsl.graph_profile import kernel_times
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
@@ -97,20 +98,6 @@ def kernel_flops(c, group) -> int:
         return int(2 * out * w[1] * w[2] * w[3])
     x = c.ir.shape_of(node.inputs[0], c.sizes)         # dense: [M, K]
     return int(2 * out * x[-1])
-
-
-def kernel_times(module, inputs, passes=20):
-    """``(compiled graph, seconds per kernel)``: each fused kernel of a graph module timed
-    alone on these inputs, in the model's order, the best of ``passes`` passes."""
-    module(*inputs)
-    c, _, runs, _ = module._last           # the kernels bound to this call's buffers
-    best = [float("inf")] * len(runs)
-    for _ in range(passes):
-        for i, run in enumerate(runs):
-            t = time.perf_counter()
-            run()
-            best[i] = min(best[i], time.perf_counter() - t)
-    return c, best
 
 
 def profile(name, module, x, target, ghz=None, passes=20):

@@ -35,6 +35,8 @@ from pathlib import Path
 
 import numpy as np
 
+from tdsl.graph_profile import kernel_times
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_graphs  # noqa: E402
 
@@ -145,9 +147,9 @@ def conv_cases(folder: Path, c=32, f=64, length=4000, k=9, hw=(40, 100)):
 # ------------------------------------------------------------------ timing
 
 def profile(name, gm, inputs, passes=20):
-    """Each fused kernel of ``gm`` timed alone (`bench_graphs.kernel_times`), its share and
+    """Each fused kernel of ``gm`` timed alone (`kernel_times`), its share and
     schedule, and the time per anchor op."""
-    c, best = bench_graphs.kernel_times(gm, inputs, passes)
+    c, best = kernel_times(gm, inputs, passes)
     total = sum(best)
     print(f"\nprofile of {name}: {len(best)} kernels, {total * 1e3:.3f} ms summed")
     print(f"  {'kernel':<6}{'ms':>8}{'share':>7}  schedule  ops -> output")
