@@ -355,3 +355,193 @@ def alexnet_like(opset=9):
              helper.make_node("Gemm", ["f1d", "f2_w", "f2_b"], ["f2"], transB=1),
              helper.make_node("Softmax", ["f2"], ["y"], axis=1)]
     return _model(nodes, [("x", [1, 3, 63, 63])], ["y"], inits, opset, weights_as_inputs=True)
+
+
+# ------------------------------------------------------------------ issue 26's benchmark models
+
+def _bn_unit(prefix, c):
+    """Batch-norm statistics that keep activations near unit scale (gamma in [0.5, 1),
+    small beta and mean), so a deep net's outputs neither vanish nor blow up."""
+    return [numpy_helper.from_array(RNG.uniform(0.5, 1.0, c).astype(np.float32), f"{prefix}_s"),
+            _w(f"{prefix}_b", c, scale=0.1), _w(f"{prefix}_m", c, scale=0.1),
+            numpy_helper.from_array(RNG.uniform(0.5, 1.5, c).astype(np.float32), f"{prefix}_v")]
+
+
+def _conv_w(name, cout, cin_per_group, k):
+    """He-scaled convolution weights (ReLU-family activations keep their scale)."""
+    return _w(name, cout, cin_per_group, k, k, scale=np.sqrt(2.0 / (cin_per_group * k * k)))
+
+
+def mobilenetv2(hw=224, width=1.0, classes=1000, opset=17):
+    """MobileNetV2 (Sandler et al. 2018, torchvision's layout) at 1x3xHWxHW: a 3x3/2 stem
+    conv to 32 channels, 17 inverted residual blocks (1x1 expand by t = 6, 3x3 depthwise,
+    1x1 linear projection; identity shortcut where stride 1 and widths match) of widths
+    16-24-32-64-96-160-320, a 1x1 conv to 1280, global average pool, FC to ``classes``.
+    Each conv is followed by a BatchNormalization node, ReLU6 is Clip(0, 6) with min/max
+    inputs, as the zoo's export writes them. Random weights; ``width`` scales the channels
+    (the small sizes the tests use)."""
+    nodes, inits, k = [], [], [0]
+    inits += [numpy_helper.from_array(np.array(0.0, np.float32), "relu6_lo"),
+              numpy_helper.from_array(np.array(6.0, np.float32), "relu6_hi")]
+
+    def ch(c):
+        return max(8, int(round(c * width / 8)) * 8)
+
+    def conv_bn(x, cin, cout, ksize, stride=1, group=1, relu6=True):
+        k[0] += 1
+        p = f"m{k[0]}"
+        inits.extend([_conv_w(f"{p}_w", cout, cin // group, ksize)] + _bn_unit(f"{p}_bn", cout))
+        nodes.extend([helper.make_node("Conv", [x, f"{p}_w"], [f"{p}_c"],
+                                       kernel_shape=[ksize, ksize], strides=[stride, stride],
+                                       pads=[ksize // 2] * 4, group=group),
+                      _bn_node(f"{p}_bn", f"{p}_c", f"{p}_n")])
+        if not relu6:
+            return f"{p}_n"
+        nodes.append(helper.make_node("Clip", [f"{p}_n", "relu6_lo", "relu6_hi"], [f"{p}_r"]))
+        return f"{p}_r"
+
+    cin = ch(32)
+    h = conv_bn("x", 3, cin, 3, 2)
+    for t, c, n, s in ((1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2),
+                       (6, 96, 3, 1), (6, 160, 3, 2), (6, 320, 1, 1)):
+        cout = ch(c)
+        for i in range(n):
+            stride = s if i == 0 else 1
+            hidden = cin * t
+            y = conv_bn(h, cin, hidden, 1) if t != 1 else h
+            y = conv_bn(y, hidden, hidden, 3, stride, group=hidden)
+            y = conv_bn(y, hidden, cout, 1, relu6=False)
+            if stride == 1 and cin == cout:
+                k[0] += 1
+                nodes.append(helper.make_node("Add", [y, h], [f"res{k[0]}"]))
+                y = f"res{k[0]}"
+            h, cin = y, cout
+    last = max(1280, ch(1280)) if width > 1.0 else ch(1280)
+    h = conv_bn(h, cin, last, 1)
+    inits += [_w("fc_w", classes, last), _w("fc_b", classes, scale=0.01)]
+    nodes += [helper.make_node("GlobalAveragePool", [h], ["gap"]),
+              helper.make_node("Flatten", ["gap"], ["flat"]),
+              helper.make_node("Gemm", ["flat", "fc_w", "fc_b"], ["y"], transB=1)]
+    return _model(nodes, [("x", [1, 3, hw, hw])], ["y"], inits, opset)
+
+
+def bert_base_layer(seq=128, d=768, heads=12, ffn=None, batch=1, opset=17):
+    """One BERT-base encoder layer (post-norm) on 1 x seq x d hidden states, as
+    transformers' export writes it: Q, K, V each MatMul + Add, Reshape to heads and
+    Transpose (K to [B, H, Dh, S]), MatMul, Div by sqrt(Dh), Softmax, MatMul with V,
+    Transpose + Reshape back, the output projection (MatMul + Add), the residual Add and
+    LayerNormalization (eps 1e-12), then the FFN of ``4 d`` (3072) with GELU in its Erf form
+    (0.5 x (1 + erf(x / sqrt 2))), its residual Add and LayerNormalization. No attention
+    mask. The weights are ``bert_weights(model)``'s, for a PyTorch twin."""
+    ffn = ffn or 4 * d
+    dh = d // heads
+    nodes, inits = [], []
+
+    def const(name, a):
+        inits.append(numpy_helper.from_array(np.asarray(a), name))
+        return name
+
+    def linear(x, p, din, dout):
+        inits.extend([_w(f"{p}_w", din, dout, scale=np.sqrt(1.0 / din)),
+                      _w(f"{p}_b", dout, scale=0.02)])
+        nodes.extend([helper.make_node("MatMul", [x, f"{p}_w"], [f"{p}_mm"]),
+                      helper.make_node("Add", [f"{p}_mm", f"{p}_b"], [f"{p}_y"])])
+        return f"{p}_y"
+
+    def layer_norm(x, p):
+        inits.extend([numpy_helper.from_array(RNG.uniform(0.8, 1.2, d).astype(np.float32),
+                                              f"{p}_g"), _w(f"{p}_be", d, scale=0.02)])
+        nodes.append(helper.make_node("LayerNormalization", [x, f"{p}_g", f"{p}_be"], [f"{p}_y"],
+                                      axis=-1, epsilon=1e-12))
+        return f"{p}_y"
+
+    const("heads_shape", np.array([batch, seq, heads, dh], np.int64))
+    const("hidden_shape", np.array([batch, seq, d], np.int64))
+    const("sqrt_dh", np.array(np.sqrt(dh), np.float32))
+    q, k, v = (linear("x", p, d, d) for p in ("q", "k", "v"))
+    for name, perm in ((q, [0, 2, 1, 3]), (k, [0, 2, 3, 1]), (v, [0, 2, 1, 3])):
+        nodes += [helper.make_node("Reshape", [name, "heads_shape"], [f"{name}_h"]),
+                  helper.make_node("Transpose", [f"{name}_h"], [f"{name}_t"], perm=perm)]
+    nodes += [helper.make_node("MatMul", [f"{q}_t", f"{k}_t"], ["scores"]),
+              helper.make_node("Div", ["scores", "sqrt_dh"], ["scaled"]),
+              helper.make_node("Softmax", ["scaled"], ["probs"], axis=-1),
+              helper.make_node("MatMul", ["probs", f"{v}_t"], ["ctx"]),
+              helper.make_node("Transpose", ["ctx"], ["ctx_t"], perm=[0, 2, 1, 3]),
+              helper.make_node("Reshape", ["ctx_t", "hidden_shape"], ["ctx_h"])]
+    o = linear("ctx_h", "o", d, d)
+    nodes.append(helper.make_node("Add", [o, "x"], ["res1"]))
+    h1 = layer_norm("res1", "ln1")
+    f1 = linear(h1, "f1", d, ffn)
+    const("inv_sqrt2", np.array(1 / np.sqrt(2), np.float32))
+    const("one", np.array(1.0, np.float32))
+    const("half", np.array(0.5, np.float32))
+    nodes += [helper.make_node("Mul", [f1, "inv_sqrt2"], ["g_s"]),
+              helper.make_node("Erf", ["g_s"], ["g_e"]),
+              helper.make_node("Add", ["g_e", "one"], ["g_a"]),
+              helper.make_node("Mul", [f1, "g_a"], ["g_m"]),
+              helper.make_node("Mul", ["g_m", "half"], ["gelu"])]
+    f2 = linear("gelu", "f2", ffn, d)
+    nodes.append(helper.make_node("Add", [f2, h1], ["res2"]))
+    h2 = layer_norm("res2", "ln2")
+    nodes.append(helper.make_node("Identity", [h2], ["y"]))
+    return _model(nodes, [("x", [batch, seq, d])], ["y"], inits, opset)
+
+
+def bert_weights(model):
+    """The initializers of `bert_base_layer`'s model by name, as numpy arrays."""
+    return {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
+
+
+def resnet_block(c=64, hw=56, opset=17):
+    """A ResNet basic block in its inference form (batch norms folded into the convolutions'
+    biases, as a deployed or quantized model has them): Conv 3x3 + bias, Relu, Conv 3x3 +
+    bias, the identity shortcut's Add, Relu, on 1 x c x hw x hw."""
+    inits = [_conv_w("w1", c, c, 3), _w("b1", c, scale=0.1),
+             _w("w2", c, c, 3, 3, scale=np.sqrt(1.0 / (c * 9))), _w("b2", c, scale=0.1)]
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], kernel_shape=[3, 3],
+                              pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c1"], ["r1"]),
+             helper.make_node("Conv", ["r1", "w2", "b2"], ["c2"], kernel_shape=[3, 3],
+                              pads=[1, 1, 1, 1]),
+             helper.make_node("Add", ["c2", "x"], ["s"]),
+             helper.make_node("Relu", ["s"], ["y"])]
+    return _model(nodes, [("x", [1, c, hw, hw])], ["y"], inits, opset)
+
+
+def quantize_qdq(model, samples=4, per_channel=True, quant_format="QDQ", seed=1):
+    """``model`` quantized by onnxruntime's ``quantize_static`` (MinMax calibration on
+    ``samples`` random N(0, 1) inputs of its first input's shape; activations uint8, weights
+    int8 per output channel, biases int32): the QDQ form (QuantizeLinear / DequantizeLinear
+    around each op, which onnxruntime fuses into QLinearConv and QLinearAdd at load) or, with
+    ``quant_format="QOperator"``, QLinearConv nodes written out. Needs onnxruntime."""
+    import os
+    import tempfile
+
+    import onnx
+    from onnxruntime import quantization as q
+
+    inp = model.graph.input[0]
+    shape = [dim.dim_value for dim in inp.type.tensor_type.shape.dim]
+    rng = np.random.default_rng(seed)
+    data = [{inp.name: rng.standard_normal(shape).astype(np.float32)} for _ in range(samples)]
+
+    class Reader(q.CalibrationDataReader):
+        def __init__(self):
+            self.it = iter(data)
+
+        def get_next(self):
+            return next(self.it, None)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        src, dst = os.path.join(tmp, "f32.onnx"), os.path.join(tmp, "int8.onnx")
+        onnx.save(model, src)
+        q.quantize_static(src, dst, Reader(), per_channel=per_channel,
+                          quant_format=getattr(q.QuantFormat, quant_format),
+                          activation_type=q.QuantType.QUInt8, weight_type=q.QuantType.QInt8)
+        return onnx.load(dst)
+
+
+def resnet_block_int8(c=64, hw=56, quant_format="QDQ"):
+    """`resnet_block` and its quantized form (`quantize_qdq`): (float model, int8 model)."""
+    f32 = resnet_block(c, hw)
+    return f32, quantize_qdq(f32, quant_format=quant_format)
