@@ -1,0 +1,75 @@
+"""Issue 26's benchmark models (tests/onnx_models.py: MobileNetV2, a BERT-base encoder
+layer, a ResNet basic block and its int8 QDQ form from onnxruntime's quantize_static),
+imported and built by tdsl at small sizes and compared with onnxruntime; the full sizes
+bench_graphs.py times are marked slow."""
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx", reason="needs the onnx package (pip install 'tdsl[onnx]')")
+ort = pytest.importorskip("onnxruntime", reason="needs onnxruntime")
+
+import onnx_models  # noqa: E402
+from onnx_check import run_imported  # noqa: E402
+
+pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
+
+
+def ort_output(model, x):
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    sess = ort.InferenceSession(model.SerializeToString(), so,
+                                providers=["CPUExecutionProvider"])
+    return sess.run(None, {model.graph.input[0].name: x})[0]
+
+
+def check(model, atol, exact=False):
+    shape = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
+    x = np.random.default_rng(3).standard_normal(shape).astype(np.float32)
+    _, (got,) = run_imported(model, x)
+    want = ort_output(model, x)
+    assert got.shape == want.shape and np.abs(want).max() > 1e-2   # not a vanished signal
+    if exact:
+        np.testing.assert_array_equal(got, want)
+    else:
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=atol)
+
+
+def test_mobilenetv2_architecture():
+    """17 inverted residual blocks (10 with a shortcut), 52 convolutions, 17 of them
+    depthwise, ReLU6 as Clip, 1000 classes."""
+    g = onnx_models.mobilenetv2().graph
+    ops = [n.op_type for n in g.node]
+    convs = [n for n in g.node if n.op_type == "Conv"]
+    depthwise = [n for n in convs if any(a.name == "group" and a.i > 1 for a in n.attribute)]
+    assert (len(convs), len(depthwise), ops.count("Add"), ops.count("Clip")) == (52, 17, 10, 35)
+    shapes = {i.name: list(i.dims) for i in g.initializer}
+    assert shapes["fc_w"] == [1000, 1280]
+
+
+def test_mobilenetv2_small_matches_onnxruntime():
+    check(onnx_models.mobilenetv2(hw=32, width=0.25, classes=10), atol=1e-4)
+
+
+def test_bert_layer_small_matches_onnxruntime():
+    check(onnx_models.bert_base_layer(seq=16, d=64, heads=4), atol=1e-4)
+
+
+def test_int8_resnet_block_is_qdq_and_bit_exact_with_onnxruntime():
+    f32, q = onnx_models.resnet_block_int8(c=8, hw=10)
+    ops = [n.op_type for n in q.graph.node]
+    assert ops.count("Conv") == 2 and "QuantizeLinear" in ops and "DequantizeLinear" in ops
+    check(f32, atol=1e-4)
+    check(q, atol=0, exact=True)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["mobilenetv2", "bert_base_layer", "int8_block"])
+def test_full_size_matches_onnxruntime(name):
+    if name == "int8_block":
+        check(onnx_models.resnet_block_int8()[1], atol=0, exact=True)
+    else:
+        check(getattr(onnx_models, name)(), atol=2e-3)
