@@ -19,13 +19,15 @@ summed directly rather than by Winograd's F(2x2, 3x3) ("x wino" = direct / NCHWc
     python benchmarks/bench_graphs.py --resnet50 --profile      # and where the time goes
     python benchmarks/bench_graphs.py --resnet50 --target "c -march=x86-64-v3"   # AVX2 code
 
-``--profile`` times each fused kernel of the default build alone, in the model's order (each
-the best of several passes over the whole graph, so its inputs and weights are as cold as in
-a call of the model), and prints its time, share, GFLOP/s (convolutions and dense layers,
-counted as the direct sum: a Winograd kernel's figure is what the direct sum would need) and
-a total per anchor op. ``--target`` builds for another target than the host's (an AVX2
-build, ``-march=x86-64-v3``, runs on an AVX-512 host too; onnxruntime still picks its own
-kernels for the host, so compare such a build with itself, not with onnxruntime).
+``--profile`` prints the default build's `GraphModule.profile` (`tdsl.graph_profile`): each
+fused kernel timed alone, in the model's order (each the best of several passes over the
+whole graph, so its inputs and weights are as cold as in a call of the model), its time,
+share, GFLOP/s and % of peak (convolutions and dense layers, counted as the direct sum: a
+Winograd kernel's figure is what the direct sum would need) or GB/s, and a total per
+anchor op; against the measured FMA peak, or the formula's at ``--ghz``. ``--target``
+builds for another target than the host's (an AVX2 build, ``-march=x86-64-v3``, runs on an
+AVX-512 host too; onnxruntime still picks its own kernels for the host, so compare such a
+build with itself, not with onnxruntime).
 """
 from __future__ import annotations
 
@@ -40,7 +42,6 @@ import numpy as np
 
 import tdsl
 from tdsl.graph_api import BLOCKED_LAYOUT_DEFAULT
-from tdsl.graph_profile import kernel_times
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
@@ -80,49 +81,11 @@ def ort_runner(model, x):
     return lambda: sess.run(None, {name: x})
 
 
-def kernel_flops(c, group) -> int:
-    """The multiply-adds x 2 of a fused kernel's anchor, as the direct sum; 0 if not a
-    convolution or dense layer."""
-    node = c.ir.nodes[group.anchor]
-    if not node.op.startswith(("conv2d", "depthwise_conv2d", "dense")):
-        return 0
-    out = np.prod(c.ir.shape_of(node.outputs[0], c.sizes))
-    w = c.ir.shape_of(node.inputs[1], c.sizes)
-    if node.op.startswith("conv2d_winograd"):          # U: [4, 4, CB, CI, FB, FI]
-        return int(2 * out * w[2] * w[3] * 9)
-    if node.op.startswith("depthwise"):                # [CB, KH, KW, CI] or [C, 1, KH, KW]
-        return int(2 * out * (w[1] * w[2] if len(w) == 4 and w[1] != 1 else w[2] * w[3]))
-    if node.op.startswith("conv2d_nchwc"):             # [FB, CB, KH, KW, CI, FI]
-        return int(2 * out * w[1] * w[2] * w[3] * w[4])
-    if node.op.startswith("conv2d"):                   # [F, C, KH, KW]
-        return int(2 * out * w[1] * w[2] * w[3])
-    x = c.ir.shape_of(node.inputs[0], c.sizes)         # dense: [M, K]
-    return int(2 * out * x[-1])
-
-
-def profile(name, module, x, target, ghz=None, passes=20):
-    """Each fused kernel's time (`kernel_times`), share and rate against the FMA peak."""
-    c, best = kernel_times(module, [x], passes)
-    total = sum(best)
-    peak = tdsl.Target(target).peak_gflops(ghz)
-    print(f"\nprofile of {name} ({len(best)} kernels, {total * 1e3:.2f} ms summed; target "
-          f"'{target}', FMA peak {peak:.0f} GFLOP/s at "
-          f"{f'{ghz} GHz' if ghz else 'the reported clock (--ghz to give the real one)'})")
-    print(f"  {'kernel':<6}{'ms':>8}{'share':>7}{'GFLOP/s':>9}{'%peak':>7}  ops -> output")
-    by_op: dict[str, float] = {}
-    for i, (g, f, t) in enumerate(zip(c.groups, c.functions, best)):
-        anchor = c.ir.nodes[g.anchor]
-        by_op[anchor.op] = by_op.get(anchor.op, 0.0) + t
-        flops = kernel_flops(c, g)
-        rate = f"{flops / t / 1e9:9.1f}{100 * flops / t / 1e9 / peak:6.0f}%" if flops else \
-            f"{'-':>9}{'-':>7}"
-        shape = "x".join(map(str, c.ir.shape_of(f.outputs[0], c.sizes)))
-        attrs = ",".join(f"{k}={v}" for k, v in anchor.attrs)
-        print(f"  k{i:<5}{t * 1e3:8.3f}{100 * t / total:6.1f}%{rate}  {'+'.join(f.ops)} -> "
-              f"{shape}{' ' + attrs if attrs else ''}")
-    print("  per anchor op:")
-    for op, t in sorted(by_op.items(), key=lambda kv: -kv[1]):
-        print(f"    {op:<28}{t * 1e3:8.3f} ms {100 * t / total:5.1f}%")
+def profile(name, module, x, ghz=None, passes=20):
+    """Each fused kernel's time, share and rate (`GraphModule.profile`): against the
+    formula's FMA peak at ``ghz`` if given, else the measured one."""
+    print(f"\n{name}:")
+    print(module.profile(x, passes=passes, peak="formula" if ghz else "measured", ghz=ghz))
 
 
 def cases(args):
@@ -146,6 +109,179 @@ def cases(args):
         yield name, tdsl.loads(text)["net"], params, shape, model
 
 
+# ------------------------------------------------------------------ issue 26's models table
+
+GOALS = {"MobileNetV2": ("x ort", 1.5), "BERT-base": ("x ort", 1.2),
+         "int8 block": ("x ort", 1.0)}     # and int8 >= 2x its f32 form (printed below)
+
+
+def model_cases(args):
+    """(name, ONNX model) of the models table: ResNet-50, MobileNetV2, a BERT-base encoder
+    layer, the ResNet basic block in f32 and int8 (QDQ); as the flags ask."""
+    import onnx_models
+    if args.resnet50:
+        yield "ResNet-50 1x3x224x224", onnx_models.resnet50()
+    if args.mobilenetv2:
+        yield "MobileNetV2 1x3x224x224", onnx_models.mobilenetv2()
+    if args.bert:
+        yield f"BERT-base layer 1x{args.seq}x768", onnx_models.bert_base_layer(seq=args.seq)
+    if args.int8:
+        f32, q = onnx_models.resnet_block_int8()
+        yield "ResNet block f32 1x64x56x56", f32
+        yield "int8 block (QDQ) 1x64x56x56", q
+
+
+def torch_runner(model, x):
+    """PyTorch (eager, inference mode) running ``model``: BERT's layer as
+    torch.nn.TransformerEncoderLayer holding its weights (PyTorch's fused fast path), a CNN
+    op by op with torch.nn.functional (what an nn.Module of Conv2d, BatchNorm2d and ReLU6
+    in eval mode runs: no batch norm folded). None where PyTorch is not installed or the
+    model has ops this does not map (the int8 block: PyTorch's quantized CNNs need their
+    own model)."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    if os.environ.get("OMP_NUM_THREADS"):
+        torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+    from onnx import helper, numpy_helper
+    w = {i.name: torch.from_numpy(numpy_helper.to_array(i).copy())
+         for i in model.graph.initializer}
+    xt = torch.from_numpy(x)
+    ops = {n.op_type for n in model.graph.node}
+    if "LayerNormalization" in ops:                    # onnx_models.bert_base_layer
+        d, ffn = w["q_w"].shape[0], w["f1_w"].shape[1]
+        heads = int(w["heads_shape"][2])
+        layer = torch.nn.TransformerEncoderLayer(d, heads, ffn, dropout=0.0,
+                                                 activation="gelu", layer_norm_eps=1e-12,
+                                                 batch_first=True).eval()
+        with torch.no_grad():
+            layer.self_attn.in_proj_weight.copy_(torch.cat([w["q_w"].T, w["k_w"].T,
+                                                            w["v_w"].T]))
+            layer.self_attn.in_proj_bias.copy_(torch.cat([w["q_b"], w["k_b"], w["v_b"]]))
+            layer.self_attn.out_proj.weight.copy_(w["o_w"].T)
+            layer.self_attn.out_proj.bias.copy_(w["o_b"])
+            layer.linear1.weight.copy_(w["f1_w"].T)
+            layer.linear1.bias.copy_(w["f1_b"])
+            layer.linear2.weight.copy_(w["f2_w"].T)
+            layer.linear2.bias.copy_(w["f2_b"])
+            for n in (1, 2):
+                getattr(layer, f"norm{n}").weight.copy_(w[f"ln{n}_g"])
+                getattr(layer, f"norm{n}").bias.copy_(w[f"ln{n}_be"])
+
+        def run_bert():
+            with torch.inference_mode():
+                return layer(xt).numpy()
+        return run_bert
+    F = torch.nn.functional
+    if not ops <= {"Conv", "BatchNormalization", "Relu", "Clip", "Add", "MaxPool",
+                   "GlobalAveragePool", "Flatten", "Gemm", "Identity"}:
+        return None
+    nodes = [(n.op_type, list(n.input), n.output[0],
+              {a.name: helper.get_attribute_value(a) for a in n.attribute})
+             for n in model.graph.node]
+    first, last = model.graph.input[0].name, model.graph.output[0].name
+
+    def run_cnn():
+        with torch.inference_mode():
+            v = {first: xt, **w}
+            for op, ins, out, a in nodes:
+                i = [v[n] for n in ins if n]
+                if op == "Conv":
+                    p = a.get("pads", [0, 0, 0, 0])
+                    y = F.conv2d(i[0], i[1], i[2] if len(i) > 2 else None,
+                                 a.get("strides", 1), (p[0], p[1]), 1, a.get("group", 1))
+                elif op == "BatchNormalization":
+                    y = F.batch_norm(i[0], i[3], i[4], i[1], i[2], False, 0.0,
+                                     a.get("epsilon", 1e-5))
+                elif op == "Relu":
+                    y = F.relu(i[0])
+                elif op == "Clip":
+                    y = F.hardtanh(i[0], float(i[1]), float(i[2]))
+                elif op == "Add":
+                    y = i[0] + i[1]
+                elif op == "MaxPool":
+                    y = F.max_pool2d(i[0], a["kernel_shape"], a["strides"], a["pads"][:2])
+                elif op == "GlobalAveragePool":
+                    y = F.adaptive_avg_pool2d(i[0], 1)
+                elif op == "Flatten":
+                    y = i[0].flatten(1)
+                elif op == "Gemm":
+                    y = F.linear(i[0], i[1], i[2])
+                else:
+                    y = i[0]
+                v[out] = y
+            return v[last].numpy()
+    return run_cnn
+
+
+def models_table(args):
+    """tdsl's default build, tdsl tuned (``--tuning-log``), onnxruntime and PyTorch per model,
+    timed in turn, with the ratios and each output's largest difference from onnxruntime's."""
+    from tdsl.onnx_import import convert_model
+    t = args.target
+    print(f"\n{'model':<30}{'tdsl ms':>9}{'tuned':>9}{'ort':>9}{'torch':>9}{'x ort':>7}"
+          f"{'tuned x':>8}{'x torch':>8}{'|d| ort':>10}{'|d| torch':>10}{'kernels':>8}")
+    ms_of, goals = {}, []
+    for name, model in model_cases(args):
+        text, params = convert_model(model, "net")
+        g = tdsl.loads(text)["net"]
+        shape = tuple(d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim)
+        x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+        built = g.build(t, params=params)
+        got = built(x)
+        runs = {"tdsl": timer(lambda: built(x))}
+        if args.tuning_log:            # a log of `tdsl tune --graph` (64 trials per kernel)
+            tuned = g.build(t, params=params, tuning_log=args.tuning_log)
+            tuned(x)
+            runs["tuned"] = timer(lambda: tuned(x))
+        ort, want = ort_runner(model, x), None
+        if ort is not None:
+            want = ort()[0]
+            runs["ort"] = timer(ort)
+        th = torch_runner(model, x) if not args.no_torch else None
+        d_torch = None
+        if th is not None:
+            d_torch = float(np.abs(th() - (want if want is not None else got)).max())
+            runs["torch"] = timer(th)
+        best = {k: float("inf") for k in runs}
+        for _ in range(args.rounds):
+            for k, run in runs.items():
+                best[k] = min(best[k], run())
+        ms = {k: v * 1e3 for k, v in best.items()}
+        ms_of[name] = ms
+
+        def col(k, w=9):
+            return f"{ms[k]:{w}.2f}" if k in ms else f"{'-':>{w}}"
+
+        def ratio(k, of="tdsl", w=7):
+            return f"{ms[k] / ms[of]:{w}.2f}" if k in ms and of in ms else f"{'-':>{w}}"
+        d_ort = f"{float(np.abs(got - want).max()):10.2e}" if want is not None else f"{'-':>10}"
+        d_th = f"{d_torch:10.2e}" if d_torch is not None else f"{'-':>10}"
+        kernels = len(built.compiled(x).functions)
+        print(f"{name:<30}{col('tdsl')}{col('tuned')}{col('ort')}{col('torch')}{ratio('ort')}"
+              f"{ratio('ort', 'tuned', 8)}{ratio('torch', 'tdsl', 8)}{d_ort}{d_th}{kernels:>8}",
+              flush=True)
+        for key, (what, want_ratio) in GOALS.items():
+            if name.startswith(key) and "ort" in ms:
+                goals.append(f"{key}: {what} {ms['ort'] / ms['tdsl']:.2f} "
+                             f"(goal >= {want_ratio})")
+        if args.profile and not (name.startswith("ResNet-50") and not args.no_variants):
+            profile(name, built, x, args.ghz)
+            print(flush=True)
+    f32 = next((v for k, v in ms_of.items() if k.startswith("ResNet block f32")), None)
+    q = next((v for k, v in ms_of.items() if k.startswith("int8 block")), None)
+    if f32 and q:
+        line = f"int8 block: tdsl f32 / int8 = {f32['tdsl'] / q['tdsl']:.2f} (goal >= 2)"
+        if "ort" in f32 and "ort" in q:
+            line += f"; onnxruntime f32 / int8 = {f32['ort'] / q['ort']:.2f}"
+        goals.insert(0, line)
+    if goals:
+        print("goals (x ort = onnxruntime ms / tdsl ms, > 1 means tdsl is faster):")
+        for line in goals:
+            print("  " + line)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--resnet50", action="store_true")
@@ -155,16 +291,46 @@ def main(argv=None) -> int:
     p.add_argument("--profile", action="store_true",
                    help="print each fused kernel's time in the default build")
     p.add_argument("--target", default="c", help="the tdsl target (default: the host)")
-    p.add_argument("--ghz", type=float, help="the clock for --profile's %% of peak (default: "
-                   "the reported one, often the base clock under a hypervisor)")
+    p.add_argument("--ghz", type=float, help="the clock for --profile's %% of peak, by the "
+                   "formula (default: the measured peak)")
     p.add_argument("--imported", action="store_true", help="then the models exported from "
                    "PyTorch (tests/models/*.onnx: BERT, GPT, ViT, the LSTM keyword spotter, "
                    "the GRU tagger, the audio CNN, DCGAN, U-Net, the 3-D conv block, the "
                    "quantized CNN), imported, beside onnxruntime (bench_onnx_models.py)")
+    p.add_argument("--mobilenetv2", action="store_true", help="MobileNetV2 at 1x3x224x224 in "
+                   "the models table (tdsl, tuned, onnxruntime, PyTorch)")
+    p.add_argument("--bert", action="store_true", help="a BERT-base encoder layer (d 768, 12 "
+                   "heads, FFN 3072) at 1 x --seq in the models table")
+    p.add_argument("--seq", type=int, default=128, help="--bert's sequence length (128)")
+    p.add_argument("--int8", action="store_true", help="a ResNet basic block (64 channels, "
+                   "56x56) in f32 and int8 (onnxruntime's quantize_static, QDQ) in the models "
+                   "table, with the int8 / f32 ratio")
+    p.add_argument("--all", action="store_true", help="--resnet50 --mobilenetv2 --bert --int8")
+    p.add_argument("--no-variants", action="store_true", help="skip the first table (fused, "
+                   "layout, Winograd and unfused variants); the models table only")
+    p.add_argument("--no-torch", action="store_true", help="no PyTorch column")
+    p.add_argument("--tuning-log", help="the models table's 'tuned' column: each model built "
+                   "with this log of tuned kernels (`tdsl tune --graph`, 64 trials per kernel)")
     args = p.parse_args(argv)
+    if args.all:
+        args.resnet50 = args.mobilenetv2 = args.bert = args.int8 = True
     if args.threads:
         os.environ["OMP_NUM_THREADS"] = str(args.threads)     # read when libgomp loads
     print(f"threads: {os.environ.get('OMP_NUM_THREADS', 'default')}")
+    if not args.no_variants:
+        variants_table(args)
+    if args.mobilenetv2 or args.bert or args.int8 or (args.resnet50 and args.no_variants):
+        models_table(args)
+    if args.imported:
+        import bench_onnx_models
+        print(flush=True)
+        return bench_onnx_models.main(["--no-conv", "--rounds", str(args.rounds)]
+                                      + (["--profile"] if args.profile else []))
+    return 0
+
+
+def variants_table(args):
+    """Per model of `cases`: tdsl fused, NCHWc, direct, NCHW, unfused, as written, ort."""
     print(f"{'model':<28}{'fused ms':>9}{'NCHWc':>9}{'direct':>9}{'NCHW':>9}{'unfused':>9}"
           f"{'written':>9}{'ort':>9}{'x layout':>9}{'x wino':>8}{'x unfused':>10}{'x ort':>7}"
           f"{'kernels':>10}{'peak/naive':>11}")
@@ -200,14 +366,8 @@ def main(argv=None) -> int:
               f"{len(c.functions):>5}/{len(g.ir.nodes):<4}"
               f"{c.plan.peak_bytes / max(c.plan.naive_bytes, 1):11.2f}", flush=True)
         if args.profile:
-            profile(name, builds[default], x, t, args.ghz)
+            profile(name, builds[default], x, args.ghz)
             print(flush=True)
-    if args.imported:
-        import bench_onnx_models
-        print(flush=True)
-        return bench_onnx_models.main(["--no-conv", "--rounds", str(args.rounds)]
-                                      + (["--profile"] if args.profile else []))
-    return 0
 
 
 if __name__ == "__main__":

@@ -20,8 +20,9 @@ else the machine's cores. Machines here are shared and noisy: the two are timed 
 (interleaved rounds) and each figure is the median over the rounds of each round's median;
 read the ratio "x ort" = onnxruntime ms / tdsl ms (> 1 means tdsl is faster).
 
-``--profile`` times each fused kernel of a model's tdsl build alone, in the model's order
-(the best of several passes over the whole graph), with its share and a total per anchor op.
+``--profile`` prints each model's `GraphModule.profile` (`tdsl.graph_profile`): each fused
+kernel of its tdsl build timed alone, in the model's order (the best of several passes over
+the whole graph), with its share, schedule, GFLOP/s or GB/s, and a total per anchor op.
 """
 from __future__ import annotations
 
@@ -34,8 +35,6 @@ import warnings
 from pathlib import Path
 
 import numpy as np
-
-from tdsl.graph_profile import kernel_times
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_graphs  # noqa: E402
@@ -146,28 +145,6 @@ def conv_cases(folder: Path, c=32, f=64, length=4000, k=9, hw=(40, 100)):
 
 # ------------------------------------------------------------------ timing
 
-def profile(name, gm, inputs, passes=20):
-    """Each fused kernel of ``gm`` timed alone (`kernel_times`), its share and
-    schedule, and the time per anchor op."""
-    c, best = kernel_times(gm, inputs, passes)
-    total = sum(best)
-    print(f"\nprofile of {name}: {len(best)} kernels, {total * 1e3:.3f} ms summed")
-    print(f"  {'kernel':<6}{'ms':>8}{'share':>7}  schedule  ops -> output")
-    by_op: dict[str, list] = {}
-    for i, (g, f, t) in enumerate(zip(c.groups, c.functions, best)):
-        anchor = c.ir.nodes[g.anchor].op
-        e = by_op.setdefault(anchor, [0.0, 0])
-        e[0] += t
-        e[1] += 1
-        shape = "x".join(map(str, c.ir.shape_of(f.outputs[0], c.sizes)))
-        how = c.schedules[i] if i < len(c.schedules) else "?"
-        print(f"  k{i:<5}{t * 1e3:8.3f}{100 * t / total:6.1f}%  {how:<9} "
-              f"{'+'.join(f.ops)} -> {shape}")
-    print("  per anchor op:")
-    for op, (t, n) in sorted(by_op.items(), key=lambda kv: -kv[1][0]):
-        print(f"    {op:<28}{t * 1e3:8.3f} ms {100 * t / total:5.1f}%  ({n} kernels)")
-
-
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--seq", type=int, help="also export BERT, GPT and ViT at this sequence "
@@ -227,7 +204,8 @@ def main(argv=None) -> int:
                 conv_ms[name[:6] + (" direct" if name.endswith("direct") else "")] = \
                     ms["tdsl"]
             if args.profile:
-                profile(name, gm, inputs)
+                print(f"\n{name}:")
+                print(gm.profile(*inputs))
                 print(flush=True)
     if "conv1d" in conv_ms:
         for k in ("conv2d", "conv2d direct"):

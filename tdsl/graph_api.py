@@ -317,6 +317,14 @@ class GraphModule:
     def compiled(self, *inputs) -> CompiledGraph:
         return self._for(check_inputs(self.graph.ir, inputs))[0]
 
+    def profile(self, *inputs, passes: int = 20, peak="measured", ghz: float | None = None):
+        """Where a call on these inputs spends its time: each fused kernel timed alone (the
+        best of ``passes``), its share, GFLOP/s and % of the target's peak or GB/s, beside the
+        whole call's time; a `tdsl.graph_profile.GraphProfile`, whose ``str`` is the table.
+        ``peak``: ``"measured"``, ``"formula"`` (at ``ghz``) or GFLOP/s."""
+        from .graph_profile import profile
+        return profile(self, inputs, passes, peak, ghz)
+
     def __call__(self, *inputs):
         entry = self._last
         # the lean path, for inputs of the same shapes and dtypes as the last call: a small

@@ -1,8 +1,39 @@
 """Where a graph module's time goes: each fused kernel timed alone, bound to the buffers of a
-real call, as TVM's debug executor times each operator."""
+real call, as TVM's debug executor times each operator.
+
+``module.profile(x)`` (`GraphModule.profile`) is a `GraphProfile`: a row per fused kernel
+(its time, share of the kernels' sum, flops, GFLOP/s and % of the target's fp32 FMA peak,
+bytes moved and GB/s), the whole call timed end to end beside the sum, and a total per
+anchor op. ``print(profile)`` is the table; ``tdsl graph FILE --profile`` prints it.
+
+What the figures count:
+- flops: the kernel's anchor op, as `tdsl.tuner.task.flop_count` counts its algorithm (a
+  convolution 2·N·F·OH·OW·C·KH·KW, a dense layer 2·M·N·K + M·N with its bias). A Winograd
+  convolution counts the direct sum it replaces: it does about 2.25x fewer multiplies, so
+  its GFLOP/s is the rate a direct convolution would need to match it (and may pass the
+  peak). The epilogue fused after the anchor (a bias, a relu: a few operations per output)
+  is not counted.
+- bytes: the kernel's input and output buffers (activations and weights), each once: what
+  it must move at the least, whatever its caches keep.
+- bound: a kernel whose anchor is complex-out-fusable (a convolution, dense, matmul) is
+  compute-bound and its table row shows GFLOP/s and % of peak; the others (elementwise,
+  pooling, layout changes) are memory-bound and show GB/s.
+"""
 from __future__ import annotations
 
+import os
+import statistics
 import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from .errors import TdslError
+from .graph_weights import sizes_text
+from .lowering.dtypes import to_numpy
+from .lowering.graph.patterns import Pattern
+from .lowering.sizes import nbytes
+from .target import as_target, host_ghz
 
 
 def kernel_times(module, inputs, passes: int = 20):
@@ -17,3 +48,175 @@ def kernel_times(module, inputs, passes: int = 20):
             run()
             best[i] = min(best[i], time.perf_counter() - t)
     return compiled, best
+
+
+@dataclass(frozen=True)
+class KernelProfile:
+    """One fused kernel: ``index`` (k0, k1 ... as `tdsl graph` numbers them), ``ops`` joined
+    by '+', the ``anchor`` op and its ``attrs``, the first ``output``'s shape, the
+    ``schedule`` it took, its best time, its ``share`` of the kernels' sum, and the figures
+    the module's docstring defines (``gflops``/``peak_percent`` None without flops)."""
+    index: int
+    ops: str
+    anchor: str
+    attrs: tuple[tuple[str, object], ...]
+    output: tuple[int, ...]
+    schedule: str
+    seconds: float
+    share: float
+    flops: int
+    gflops: float | None
+    peak_percent: float | None
+    bytes: int
+    gbps: float
+    bound: str                  # "compute" or "memory"
+    direct_equivalent: bool     # flops counted as the direct sum (a Winograd convolution)
+
+
+@dataclass(frozen=True)
+class GraphProfile:
+    """A graph module's profile at one binding of its sizes. ``call_seconds`` is the median
+    of ``passes`` whole calls (inputs copied in, outputs out), ``call_best`` their best;
+    each kernel's ``seconds`` is its best of ``passes`` runs alone."""
+    graph: str
+    sizes: tuple[tuple[str, int], ...]
+    target: str
+    peak_gflops: float
+    peak_source: str            # how the peak was found: measured, or the formula's terms
+    passes: int
+    call_seconds: float
+    call_best: float
+    rows: tuple[KernelProfile, ...]
+
+    @property
+    def kernel_seconds(self) -> float:
+        """The kernels' times summed."""
+        return sum(r.seconds for r in self.rows)
+
+    @property
+    def overhead_seconds(self) -> float:
+        """The best whole call less the kernels' sum: copies in and out, the calls between."""
+        return self.call_best - self.kernel_seconds
+
+    def by_op(self) -> list[tuple[str, float, float, int]]:
+        """``(anchor op, seconds, share, kernels)``, the most time first."""
+        acc: dict[str, list] = {}
+        for r in self.rows:
+            e = acc.setdefault(r.anchor, [0.0, 0.0, 0])
+            e[0] += r.seconds
+            e[1] += r.share
+            e[2] += 1
+        return sorted(((op, t, s, n) for op, (t, s, n) in acc.items()), key=lambda e: -e[1])
+
+    def __str__(self) -> str:
+        ms = 1e3
+        lines = [
+            f"profile of graph {self.graph} at {sizes_text(dict(self.sizes))}, target "
+            f"'{self.target}': {len(self.rows)} kernels",
+            f"  call {self.call_seconds * ms:.3f} ms end to end (median of {self.passes}, best "
+            f"{self.call_best * ms:.3f}); kernels {self.kernel_seconds * ms:.3f} ms summed "
+            f"(each its best alone); overhead {self.overhead_seconds * ms:.3f} ms"
+            f"{' (within the noise)' if self.overhead_seconds < 0 else ''}",
+            f"  peak {self.peak_gflops:.0f} GFLOP/s fp32 FMA, {self.peak_source}",
+            "  GFLOP/s, %peak: compute-bound kernels (conv, dense, matmul), the anchor op's "
+            "flops;",
+            "  GB/s: the others, their input and output buffers once each",
+            f"  {'kernel':<7}{'us':>9}{'share':>7}{'GFLOP/s':>9}{'%peak':>7}{'GB/s':>8}"
+            f"  ops -> output attrs [schedule]"]
+        for r in self.rows:
+            if r.bound == "compute" and r.gflops is not None:
+                mark = "*" if r.direct_equivalent else " "
+                rate = f"{r.gflops:9.1f}{r.peak_percent:6.0f}%{mark}{'-':>7}"
+            else:
+                rate = f"{'-':>9}{'-':>7}{r.gbps:8.1f}"
+            attrs = ",".join(f"{k}={v}" for k, v in r.attrs)
+            lines.append(f"  k{r.index:<6}{r.seconds * 1e6:9.1f}{100 * r.share:6.1f}%{rate}  "
+                         f"{r.ops} -> {'x'.join(map(str, r.output))}"
+                         f"{' ' + attrs if attrs else ''} [{r.schedule}]")
+        if any(r.direct_equivalent for r in self.rows):
+            lines.append("  * Winograd: its flops counted as the direct sum it replaces (it "
+                         "multiplies 2.25x less), so %peak may pass 100")
+        lines.append("  per anchor op:")
+        for op, t, share, n in self.by_op():
+            lines.append(f"    {op:<28}{t * 1e6:9.1f} us {100 * share:5.1f}%  "
+                         f"({n} kernel{'s' * (n != 1)})")
+        return "\n".join(lines)
+
+
+def profile(module, inputs, passes: int = 20, peak="measured", ghz: float | None = None
+            ) -> GraphProfile:
+    """The `GraphProfile` of ``module`` (a `GraphModule`) on ``inputs``. ``peak``:
+    ``"measured"`` (`tdsl.emit_c.peak.measure_peak`, once per target and process),
+    ``"formula"`` (`Target.peak_gflops` at ``ghz``, else the reported clock) or a figure in
+    GFLOP/s."""
+    if passes < 1:
+        raise TdslError(f"a profile needs at least 1 pass, got {passes}")
+    target = as_target(module._target)
+    compiled, best = kernel_times(module, inputs, passes)
+    calls = []
+    for _ in range(passes):
+        t = time.perf_counter()
+        module(*inputs)
+        calls.append(time.perf_counter() - t)
+    peak_gflops, source = target_peak(target, peak, ghz)
+    total = sum(best) or 1.0
+    rows = []
+    for i, (g, f, t) in enumerate(zip(compiled.groups, compiled.functions, best)):
+        flops = anchor_flops(compiled, f)
+        moved = sum(_bytes(compiled, v) for v in (*f.inputs, *f.outputs))
+        gflops = flops / t / 1e9 if flops and t > 0 else None
+        rows.append(KernelProfile(
+            i, "+".join(f.ops), f.anchor.op, tuple(f.anchor.attrs),
+            tuple(compiled.ir.shape_of(f.outputs[0], compiled.sizes)),
+            compiled.schedules[i] if i < len(compiled.schedules) else "?", t, t / total,
+            flops, gflops, None if gflops is None else 100 * gflops / peak_gflops, moved,
+            moved / t / 1e9 if t > 0 else 0.0,
+            "compute" if g.pattern == Pattern.COMPLEX else "memory",
+            f.anchor.op.startswith(WINOGRAD)))
+    return GraphProfile(module.graph.name, tuple(sorted(compiled.sizes.items())), str(target),
+                        peak_gflops, source, passes, statistics.median(calls), min(calls),
+                        tuple(rows))
+
+
+def anchor_flops(compiled, f) -> int:
+    """The fused kernel ``f``'s anchor op's arithmetic (`flop_count`), a Winograd
+    convolution's as the direct 3x3 sum it replaces; 0 where it cannot be counted."""
+    from .tuner.task import flop_count
+    node = f.anchor
+    if node.op.startswith(WINOGRAD):      # U: [4, 4, CB, CI, FB, FI]; 3x3 taps
+        out = np.prod(compiled.ir.shape_of(node.outputs[0], compiled.sizes))
+        w = compiled.ir.shape_of(node.inputs[1], compiled.sizes)
+        return int(2 * out * w[2] * w[3] * 9)
+    try:
+        return flop_count(node.fn, dict(f.anchor_sizes))
+    except (KeyError, TdslError):
+        return 0
+
+
+WINOGRAD = "conv2d_winograd"          # the ops whose flops count as the direct sum
+_MEASURED: dict[str, float] = {}       # target -> measured peak, once per process
+
+
+def target_peak(target, peak="measured", ghz: float | None = None) -> tuple[float, str]:
+    """``(GFLOP/s, how it was found)`` for `profile`'s ``peak``."""
+    target = as_target(target)
+    if isinstance(peak, (int, float)) and not isinstance(peak, bool):
+        if peak <= 0:
+            raise TdslError(f"a peak must be positive, got {peak} GFLOP/s")
+        return float(peak), "as given"
+    if peak == "measured":
+        if str(target) not in _MEASURED:
+            from .emit_c.peak import measure_peak
+            _MEASURED[str(target)] = measure_peak(target).gflops
+        return _MEASURED[str(target)], "measured (vector FMAs on all cores, `tdsl target " \
+                                       "--measure`)"
+    if peak == "formula":
+        clock = ghz or host_ghz()
+        return target.peak_gflops(clock), (
+            f"by the formula ({os.cpu_count()} cores x 2 FMA x {target.lanes} lanes x 2 x "
+            f"{clock:.2f} GHz, {'as given' if ghz else 'the reported clock'})")
+    raise TdslError(f"peak must be 'measured', 'formula' or GFLOP/s, got {peak!r}")
+
+
+def _bytes(compiled, v: str) -> int:
+    return nbytes(compiled.ir.shape_of(v, compiled.sizes), to_numpy(compiled.ir.value(v).dtype))
