@@ -387,6 +387,10 @@ def cmd_graph(args) -> int:
         raise TdslError(f"{args.file} has no graph '{name}' (graphs: {', '.join(names)})")
     graph: Graph = mod[name]
     shapes = parse_shapes(args.shape) or {}
+    unknown = [s for s in shapes if s not in graph.ir.sizes]
+    if unknown:
+        raise TdslError(f"--shape {unknown[0]}: graph {name} has no size {unknown[0]} "
+                        f"(sizes: {', '.join(graph.ir.sizes) or 'none'})")
     weights = graph.load_params(args.params) if args.params else \
         graph.random_params(shapes=shapes)
     sizes = bind_sizes(graph.ir, weights, shapes, partial=True)
@@ -395,6 +399,16 @@ def cmd_graph(args) -> int:
         raise TdslError(f"graph {name}: give the size{'s' * (len(missing) > 1)} "
                         f"{', '.join(missing)} with --shape, e.g. --shape {missing[0]}=1")
     blocked = BLOCKED_LAYOUT_DEFAULT if args.layout is None else args.layout == "on"
+    if args.profile:        # built, called on random inputs, each kernel timed
+        from .arrays import random_array
+        module = graph.build(args.target, params=weights, fuse=not args.no_fuse,
+                             fold=not args.no_fold, shapes=sizes, layout=blocked,
+                             winograd=args.winograd != "off")
+        rng = np.random.default_rng(0)
+        inputs = [random_array(graph.ir.shape_of(n, sizes), graph.ir.value(n).dtype, rng)
+                  for n in graph.ir.inputs]
+        print(module.profile(*inputs, passes=args.passes, peak=args.peak))
+        return 0
     compiled = CompiledGraph(graph, weights, sizes, not args.no_fuse, not args.no_fold,
                              args.target, blocked, args.winograd != "off")
     print(compiled.describe())
@@ -523,6 +537,14 @@ def build_parser() -> argparse.ArgumentParser:
                     "blocked activations as Winograd's F(2x2, 3x3) (default: on)")
     gr.add_argument("--target", default="c", help="the target whose schedules the fused "
                     "kernels take (default: c, this machine)")
+    gr.add_argument("--profile", action="store_true", help="build it, call it on random "
+                    "inputs and print each fused kernel's time, share, GFLOP/s and %% of peak "
+                    "or GB/s, beside the whole call's time")
+    gr.add_argument("--passes", type=positive_int, default=20, help="--profile: the passes "
+                    "each kernel's best time and the call's median are taken over (default 20)")
+    gr.add_argument("--peak", choices=("measured", "formula"), default="measured",
+                    help="--profile: the FMA peak measured on this machine (about 1.5 s) or by "
+                         "the formula at the reported clock (default: measured)")
     gr.set_defaults(run=cmd_graph)
 
     im = sub.add_parser("import", help="convert an ONNX model to a .tdsl graph and an .npz "
