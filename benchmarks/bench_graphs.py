@@ -5,6 +5,19 @@ onnxruntime and PyTorch where installed, in one run, with ratios.
     python benchmarks/bench_graphs.py --resnet50   # and ResNet-50 at 1x3x224x224
     python benchmarks/bench_graphs.py --threads 1  # one thread for tdsl and onnxruntime
     python benchmarks/bench_graphs.py --imported   # and the models exported from PyTorch
+    python benchmarks/bench_graphs.py --all --no-variants   # issue 26's models table only
+
+The models table (``--mobilenetv2``, ``--bert``, ``--int8``, ``--resnet50`` with
+``--no-variants``; ``--all`` is the four) times tdsl's default build, tdsl tuned (with
+``--tuning-log LOG``: each model built with that log, e.g. `tdsl tune --graph`'s at 64
+trials per kernel; "-" without one), onnxruntime and PyTorch (eager: BERT's layer as
+torch.nn.TransformerEncoderLayer with the same weights, a CNN op by op with
+torch.nn.functional; none for the int8 block) in turn, with "x ort" = onnxruntime ms / tdsl
+ms (> 1: tdsl is faster), "x torch" likewise, each output's largest difference from
+onnxruntime's, and the issue's goals: MobileNetV2 >= 1.5x onnxruntime, the BERT-base layer
+>= 1.2x, the int8 ResNet block (onnxruntime's quantize_static, QDQ: uint8 activations, int8
+per-channel weights; onnxruntime runs it as QLinearConv) >= 2x its f32 form and >= 1x
+onnxruntime's.
 
 The ResNets are built with onnx's helper API (random weights; `tests/onnx_models.py`) and
 imported with `tdsl import`'s converter, so they need the onnx package. Machines here are
@@ -247,6 +260,9 @@ def models_table(args):
         best = {k: float("inf") for k in runs}
         for _ in range(args.rounds):
             for k, run in runs.items():
+                # the previous library's threads spin-wait a while after its last call
+                # (OpenMP's, onnxruntime's, PyTorch's), taking the cores: let them go idle
+                time.sleep(0.2)
                 best[k] = min(best[k], run())
         ms = {k: v * 1e3 for k, v in best.items()}
         ms_of[name] = ms
