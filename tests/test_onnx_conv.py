@@ -9,6 +9,8 @@ import shutil
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 onnx = pytest.importorskip("onnx", reason="needs the onnx package (pip install 'tdsl[onnx]')")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
@@ -108,6 +110,32 @@ def test_conv_transpose_3d_with_bias():
     m = _model("ConvTranspose", x.shape, {"strides": [2, 1, 2], "pads": [0, 1, 1, 1, 0, 0]},
                [("w", w), ("b", b)])
     _check(m, x)
+
+
+@needs_gcc
+@settings(max_examples=25, deadline=None)
+@given(data=st.data())
+def test_conv_transpose_with_constant_weights_runs_as_gemm_and_col2im(data):
+    """A transposed convolution of known weights (group 1, f32) is std ``matmul`` and a
+    gather: strides, dilations, asymmetric pads, output padding, batches and ranks 1-3
+    against ONNX's reference."""
+    draw = data.draw
+    sp = draw(st.integers(1, 3))
+    n, c, f = draw(st.integers(1, 2)), draw(st.integers(1, 4)), draw(st.integers(1, 4))
+    ins = [draw(st.integers(1, 5)) for _ in range(sp)]
+    ks = [draw(st.integers(1, 4)) for _ in range(sp)]
+    strides = [draw(st.integers(1, 3)) for _ in range(sp)]
+    dil = [draw(st.integers(1, 2)) for _ in range(sp)]
+    opad = [draw(st.integers(0, s - 1)) for s in strides]
+    full = [s * (i - 1) + o + (k - 1) * d + 1
+            for s, i, o, k, d in zip(strides, ins, opad, ks, dil)]
+    lo = [draw(st.integers(0, (m - 1) // 2)) for m in full]
+    hi = [draw(st.integers(0, m - 1 - a)) for m, a in zip(full, lo)]
+    x, w = _r(n, c, *ins), _r(c, f, *ks)
+    inits = [("w", w)] + ([("b", _r(f))] if draw(st.booleans()) else [])
+    m = _model("ConvTranspose", x.shape, {"strides": strides, "dilations": dil,
+                                          "pads": lo + hi, "output_padding": opad}, inits)
+    assert "= matmul(" in _check(m, x, rtol=1e-4, atol=1e-4)
 
 
 @needs_gcc
