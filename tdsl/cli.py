@@ -322,6 +322,8 @@ def cmd_tune(args) -> int:
     from .tuner.task import Task
     from .tuner.transfer import history_from_logs
     from .tuner.tune import Progress, check_tunable, plot_curves, tune
+    if args.graph is not None:
+        return _tune_graph(args)
     op = _op_of(args)
     check_tunable(as_target(args.target), local=not args.dask)     # before anything runs
     shapes = parse_shapes(args.shape) or {}
@@ -351,6 +353,45 @@ def cmd_tune(args) -> int:
     if result.interrupted:
         return 130
     return 1 if result.best_config is None and result.trials else 0   # nothing ran
+
+
+def _tune_graph(args) -> int:
+    """``tdsl tune FILE --graph NAME``: the graph's distinct fused kernels under one budget
+    (`tdsl.tuner.graph_tune`), then the whole model's time before and after."""
+    from .tuner.distributed import DaskMeasurer
+    from .tuner.graph_tune import tune_graph
+    from .tuner.measure import LocalMeasurer
+    from .tuner.tune import check_tunable, plot_curves
+    for flag, value in (("--op", args.op), ("--schedule", args.schedule),
+                        ("--attr", args.attr), ("--transfer-log", args.transfer_log)):
+        if value:
+            raise TdslError(f"tdsl tune --graph takes no {flag}: a graph's kernels take "
+                            "their anchor op's schedule"
+                            + (", and warm each other's cost models" if
+                               flag == "--transfer-log" else ""))
+    check_tunable(as_target(args.target), local=not args.dask)
+    mod = load(args.file)
+    names = mod.graphs()
+    if args.graph not in names:
+        raise TdslError(f"{args.file} has no graph '{args.graph}' (graphs: "
+                        f"{', '.join(names) or 'none'})")
+    if args.plot:
+        _check_writable(args.plot, "--plot")
+    if args.params is not None and not Path(args.params).is_file():
+        raise TdslError(f"--params {args.params}: no such file")
+    measurer = _dask_measurer(DaskMeasurer, args) if args.dask else \
+        LocalMeasurer(timeout=args.timeout)
+    try:
+        result = tune_graph(mod[args.graph], args.params, None, args.trials, args.log,
+                            args.target, parse_shapes(args.shape), args.floor, args.tuner,
+                            measurer, args.batch, args.seed)
+    finally:
+        measurer.close()
+    if args.plot:
+        plot_curves({t.name: t.result.curve for t in result.tasks if t.result is not None},
+                    args.plot, f"graph {args.graph}")
+        print(f"curves: {args.plot}")
+    return 130 if result.interrupted else 0
 
 
 def _check_writable(path: str, what: str) -> None:
@@ -506,7 +547,16 @@ def build_parser() -> argparse.ArgumentParser:
     tu = op_command("tune", "search the schedule's knobs for the fastest configuration",
                     cmd_tune)
     tu.add_argument("--trials", type=positive_int, default=64, help="configurations to measure, "
-                    "counting those already in the log (default 64)")
+                    "counting those already in the log (default 64); with --graph, per "
+                    "distinct fused kernel on average: N x kernels in all, shared by each "
+                    "kernel's time in the model, at least --floor each")
+    tu.add_argument("--graph", metavar="NAME", help="tune this graph of FILE: its distinct "
+                    "fused kernels under one budget, heaviest first, each warming the next's "
+                    "cost model; prints the whole model's time before and after")
+    tu.add_argument("--params", metavar="W.npz", help="with --graph: the weights (default: "
+                    "random ones); --shape gives the sizes they leave open, e.g. B=1")
+    tu.add_argument("--floor", type=positive_int, default=8, help="with --graph: trials every "
+                    "kernel gets at least (its whole space when smaller; default 8)")
     tu.add_argument("--log", default="tune.jsonl", metavar="PATH",
                     help="JSON-lines log to resume from and append to (default tune.jsonl)")
     tu.add_argument("--tuner", default="gbt", choices=["gbt", "random", "grid"])
