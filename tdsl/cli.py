@@ -245,18 +245,45 @@ def cmd_build(args) -> int:
 def _build_embedded_graph(mod, out: Path, shapes, args) -> int:
     """``--graph NAME --params W.npz``: the graph as one embedded .c/.h pair."""
     target = as_target(args.target)
-    if target.kind != "c-embedded":
-        raise TdslError(f"tdsl build --graph writes C for a c-embedded target, not '{target}'",
-                        hint="e.g. --target 'c-embedded -mcpu=cortex-m4'; `tdsl graph` shows "
-                             "a graph's kernels for the host")
     names = mod.graphs()
     if args.graph not in names:
         raise TdslError(f"{args.file} has no graph '{args.graph}' (graphs: "
                         f"{', '.join(names) or 'none'})")
     if args.params is None:
         raise TdslError(f"graph {args.graph} needs its weights: --params W.npz")
+    if target.kind == "c":
+        return _build_host_graph(mod[args.graph], out, shapes, args)
+    if target.kind != "c-embedded":
+        raise TdslError(f"tdsl build --graph writes C for the host (c) or a c-embedded "
+                        f"target, not '{target}'",
+                        hint="e.g. --target 'c-embedded -mcpu=cortex-m4'")
     module = mod[args.graph].emit_embedded(target, args.params, shapes)
     _write_embedded(module, out, target)
+    return 0
+
+
+def _build_host_graph(graph, out: Path, shapes, args) -> int:
+    """``--graph NAME --target c``: each fused kernel's .c, .h and library, with the best
+    configuration ``--tuning-log`` holds for it (`tdsl tune --graph`)."""
+    from .tuner.graph_tune import graph_inputs
+    weights = graph.load_params(args.params)
+    inputs = graph_inputs(graph, weights, shapes)       # every size known, or an error
+    module = graph.build(args.target, params=weights, shapes=shapes,
+                         tuning_log=args.tuning_log)
+    compiled = module.compiled(*inputs)
+    tuned = sum("(tuned)" in s for s in compiled.schedules)
+    print(f"{graph.name}: {len(compiled.kernels)} kernels in {out}, {tuned} tuned"
+          + (f" from {args.tuning_log}" if args.tuning_log else ""))
+    for k, (kernel, how) in enumerate(zip(compiled.kernels, compiled.schedules)):
+        stem = f"{graph.name}_k{k}"
+        try:
+            (out / f"{stem}.c").write_text(kernel.source)
+            (out / f"{stem}.h").write_text(kernel.header)
+            shutil.copyfile(kernel.lib_path, out / f"lib{stem}.so")
+        except OSError as e:
+            raise TdslError(f"can't write to {out}: {e.strerror}") from None
+        print(f"  k{k} {'+'.join(compiled.functions[k].ops)}: {stem}.c, lib{stem}.so "
+              f"(schedule: {how})")
     return 0
 
 
@@ -534,8 +561,9 @@ def build_parser() -> argparse.ArgumentParser:
     b = op_command("build", "write .c, .h and the shared library (c-embedded: the .c/.h "
                    "pair, its arena and code size)", cmd_build)
     b.add_argument("-o", "--output", required=True, metavar="DIR")
-    b.add_argument("--graph", metavar="NAME", help="build this graph of FILE (with --params, "
-                   "for a c-embedded target: one .c/.h pair, weights static const)")
+    b.add_argument("--graph", metavar="NAME", help="build this graph of FILE (with --params; "
+                   "for a c-embedded target: one .c/.h pair, weights static const; for the "
+                   "host: each fused kernel's .c, .h and library, --tuning-log applied)")
     b.add_argument("--params", metavar="W.npz", help="the graph's weights")
     b.add_argument("--tuning-log", metavar="PATH", help="apply the best configuration that "
                    "this `tdsl tune` log holds for the op at --shape and is legal for "
