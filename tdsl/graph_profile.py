@@ -135,7 +135,7 @@ class GraphProfile:
                          f"{' ' + attrs if attrs else ''} [{r.schedule}]")
         if any(r.direct_equivalent for r in self.rows):
             lines.append("  * Winograd: its flops counted as the direct sum it replaces (it "
-                         "multiplies 2.25x less), so %peak may pass 100")
+                         "does 2.25x fewer multiplies), so %peak may pass 100")
         lines.append("  per anchor op:")
         for op, t, share, n in self.by_op():
             lines.append(f"    {op:<28}{t * 1e6:9.1f} us {100 * share:5.1f}%  "
