@@ -152,13 +152,13 @@ def profile(module, inputs, passes: int = 20, peak="measured", ghz: float | None
     if passes < 1:
         raise TdslError(f"a profile needs at least 1 pass, got {passes}")
     target = as_target(module._target)
+    peak_gflops, source = target_peak(target, peak, ghz)     # measured before, not between
     compiled, best = kernel_times(module, inputs, passes)
     calls = []
     for _ in range(passes):
         t = time.perf_counter()
         module(*inputs)
         calls.append(time.perf_counter() - t)
-    peak_gflops, source = target_peak(target, peak, ghz)
     total = sum(best) or 1.0
     rows = []
     for i, (g, f, t) in enumerate(zip(compiled.groups, compiled.functions, best)):

@@ -73,11 +73,12 @@ def test_profile_rows(cnn, layout):
 
 def test_profile_formula_peak(cnn):
     g, params, x = cnn
-    p = g.build(params=params, layout=False).profile(x, passes=1, peak="formula", ghz=2.0)
+    m = g.build(params=params, layout=False)
+    p = m.profile(x, passes=1, peak="formula", ghz=2.0)
     assert p.peak_gflops == pytest.approx(tdsl.Target("c").peak_gflops(2.0))
     assert "2.00 GHz, as given" in p.peak_source
     with pytest.raises(tdsl.TdslError, match="peak must be"):
-        g.build(params=params, layout=False).profile(x, peak="fast")
+        m.profile(x, peak="fast")
 
 
 def test_cli_profile(capsys):
