@@ -370,12 +370,12 @@ def _conv_transpose_as_gemm(cv, node, x, shape, subs, conds, ks, ranges):
     cols = out + "#cols"
     cv.call(cols, "matmul", [cv.tensor(wt), cv.tensors[xc]], (f * taps, n * pixels))
     oi = T.idx(len(ins), "o")
-    pixel = _flat(subs, ins)
+    pixel, tap = _flat(subs, ins), _flat(ks, kernel)
     if len(ins) > 1 and conds:
-        # implied by the per-axis conditions, but tdsl's bounds check of the flat offset
+        # implied by the per-axis conditions, but tdsl's bounds check of a flat offset
         # needs them whole
-        conds = [*conds, f"{pixel} >= 0", f"{pixel} < {pixels}"]
-    load = _guard(conds, f"C[f * {taps} + {_flat(ks, kernel)}, "
+        conds = [*conds, f"{pixel} >= 0", f"{pixel} < {pixels}", f"{tap} < {taps}"]
+    load = _guard(conds, f"C[f * {taps} + {tap}, "
                          f"{'n * ' + str(pixels) + ' + ' if n > 1 else ''}{pixel}]", "0.0")
     params, args, tail = f"C: {T.ty([f * taps, n * pixels])}", [cv.tensors[cols]], ""
     if _opt(node, 2):
