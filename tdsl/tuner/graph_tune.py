@@ -141,6 +141,7 @@ class GraphTask:
     anchor: str
     trials: int = 0             # what it is tuned to, log records included
     done: int = 0               # its records in the log before this run
+    warm: bool = False          # its cost model started from earlier tasks' measurements
     result: TuneResult | None = None
 
     @property
@@ -274,6 +275,7 @@ def tune_graph(graph, params=None, inputs=None, trials: int = 64, log="tune.json
         for i, t in enumerate(tasks):
             task = t.task
             warm = _history(history[t.anchor]) if transfer else None
+            t.warm = warm is not None
             search = make_tuner(tuner, task, seed, warm)
             progress = Progress(t.trials) if trial_progress else None
             t.result = r = tune(task, t.trials, log, search, measurer, batch_size, seed,
@@ -284,7 +286,7 @@ def tune_graph(graph, params=None, inputs=None, trials: int = 64, log="tune.json
                 history[t.anchor].append((search.features(done),
                                           normalise([search.measured[j] for j in done])))
             _copy_to_duplicates(t, compiled, log)
-            say(_task_line(i, len(tasks), t, total, warm is not None))
+            say(_task_line(i, len(tasks), t, total))
             if r.interrupted:
                 result.interrupted = True
                 break
@@ -320,7 +322,7 @@ def _history(parts):
     return np.vstack([x for x, _ in parts]), np.concatenate([y for _, y in parts])
 
 
-def _task_line(i: int, n: int, t: GraphTask, total: float, warm: bool) -> str:
+def _task_line(i: int, n: int, t: GraphTask, total: float) -> str:
     r = t.result
     count = f" x{len(t.kernels)}" if len(t.kernels) > 1 else ""
     share = 100 * t.seconds / total if total else 0.0
@@ -333,7 +335,7 @@ def _task_line(i: int, n: int, t: GraphTask, total: float, warm: bool) -> str:
         text += f" (default {default:.3f} ms, {default / best:.2f}x)"
     if r.errors:
         text += f", {r.errors} failed"
-    if warm:
+    if t.warm:
         text += ", warm-started"
     return text
 
