@@ -21,12 +21,12 @@ What the figures count:
 """
 from __future__ import annotations
 
+import math
 import os
 import statistics
 import time
 from dataclasses import dataclass
 
-import numpy as np
 
 from .errors import TdslError
 from .graph_weights import sizes_text
@@ -184,7 +184,7 @@ def anchor_flops(compiled, f) -> int:
     from .tuner.task import flop_count
     node = f.anchor
     if node.op.startswith(WINOGRAD):      # U: [4, 4, CB, CI, FB, FI]; 3x3 taps
-        out = np.prod(compiled.ir.shape_of(node.outputs[0], compiled.sizes))
+        out = math.prod(compiled.ir.shape_of(node.outputs[0], compiled.sizes))
         w = compiled.ir.shape_of(node.inputs[1], compiled.sizes)
         return int(2 * out * w[2] * w[3] * 9)
     try:
