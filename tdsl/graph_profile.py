@@ -27,7 +27,6 @@ import statistics
 import time
 from dataclasses import dataclass
 
-
 from .errors import TdslError
 from .graph_weights import sizes_text
 from .lowering.dtypes import to_numpy
