@@ -411,7 +411,7 @@ def _tune_graph(args) -> int:
     try:
         result = tune_graph(mod[args.graph], args.params, None, args.trials, args.log,
                             args.target, parse_shapes(args.shape), args.floor, args.tuner,
-                            measurer, args.batch, args.seed)
+                            measurer, args.batch, args.seed, trial_progress=True)
     finally:
         measurer.close()
     if args.plot:
