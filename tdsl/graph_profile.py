@@ -39,7 +39,7 @@ def kernel_times(module, inputs, passes: int = 20):
     """``(compiled graph, seconds per kernel)``: each fused kernel of a graph module timed
     alone on these inputs, in the model's order, the best of ``passes`` passes."""
     module(*inputs)
-    compiled, _, runs, _ = module._last    # the kernels bound to this call's buffers
+    compiled, _, runs, _, _ = module._last    # the kernels bound to this call's buffers
     best = [float("inf")] * len(runs)
     for _ in range(passes):
         for i, run in enumerate(runs):

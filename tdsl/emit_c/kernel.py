@@ -23,6 +23,7 @@ never a crash or a silently wrong answer:
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 
 import numpy as np
 from cffi import FFI
@@ -40,6 +41,19 @@ from .build import BuildCache, BuildResult
 from .c import CModule, HostC
 from .expressions import FIRST_READ_FAULT
 from .printer import fixed_shapes
+
+
+@dataclass(frozen=True)
+class CCall:
+    """A bound kernel call for generated C: the function's address and result type, and
+    each argument as ``(kind, value, C type)``: ``pointer`` (an address), ``deref`` (a
+    scalar read through its address at each call) or ``value`` (a literal). ``keep``
+    holds what the addresses point into."""
+    kernel: "Kernel"
+    address: int
+    result: str
+    args: tuple
+    keep: object
 
 
 class Kernel:
@@ -115,6 +129,30 @@ class Kernel:
             return functools.partial(self._run_reading, args, live), outputs
         return self._runner(args), outputs
 
+    def c_call(self, *arrays, out=None) -> "CCall":
+        """This call on these arrays as the C a graph runner writes (`emit_c.graph_runner`):
+        checked and marshalled once as ``bind`` does. Sizes are literals; a rank-0 array
+        is read at each run through its address, as ``bind`` reads it."""
+        args, _ = self._prepare(arrays, out)
+        ftype = self._ffi.typeof(self._fn)
+        values = []
+        for i, (a, ctype) in enumerate(zip(args, ftype.args)):
+            if i < len(self._c_types) and self._c_types[i] is None:        # a scalar
+                values.append(("deref", arrays[i].ctypes.data, ctype.cname)
+                              if isinstance(arrays[i], np.ndarray) else ("value", a, ctype.cname))
+            elif i < len(self._c_types):
+                values.append(("pointer", int(self._ffi.cast("uintptr_t", a)), ctype.cname))
+            else:                                                         # a free size
+                values.append(("value", int(a), ctype.cname))
+        fn = int(self._ffi.cast("uintptr_t", self._fn))
+        return CCall(self, fn, ftype.result.cname, tuple(values), args)
+
+    def raise_status(self, status: int) -> None:
+        """The error of a nonzero status this kernel returned."""
+        if status >= FIRST_READ_FAULT:
+            raise CallError(self._read_faults[status - FIRST_READ_FAULT])
+        raise MemoryError(f"{self.func.name}: the kernel could not allocate its workspace")
+
     def _run_reading(self, args: list, live) -> None:
         for i, a, as_bits in live:
             args[i] = _bits(a) if as_bits else a[()]
@@ -170,10 +208,8 @@ class Kernel:
     def _run(self, args: list) -> None:
         """Call the library on marshalled ``args``, raising on failure."""
         status = self._fn(*args)
-        if status >= FIRST_READ_FAULT:
-            raise CallError(self._read_faults[status - FIRST_READ_FAULT])
         if status != 0:
-            raise MemoryError(f"{self.func.name}: the kernel could not allocate its workspace")
+            self.raise_status(status)
 
     def _bind_sizes(self, inputs) -> dict[str, int]:
         """The sizes of this call, bound as the reference binds them (`lowering.sizes`)."""
