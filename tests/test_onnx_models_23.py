@@ -49,20 +49,30 @@ def _qdq_graph(batch):
 
 
 def test_qdq_pattern_is_compiled_as_integer_ops():
-    """Every DequantizeLinear -> Conv/Gemm -> QuantizeLinear is one integer op: no float
-    convolution or dense is left, and the weights stay int8; DequantizeLinear -> MaxPool /
-    Flatten -> QuantizeLinear of one scale is the op on the integers."""
+    """Every DequantizeLinear -> Conv/Gemm -> QuantizeLinear is computed on the integers:
+    the Convs as std conv2d of the centred values (x - x_zp and w - w_zp, integers that f32
+    sums exactly here: `quantized._conv_f32_exact`) and a requantizing epilogue, the Gemm as
+    one i32 op on int8 weights; no float convolution of dequantized values or dense is left.
+    DequantizeLinear -> MaxPool / Flatten -> QuantizeLinear of one scale is the op on the
+    integers."""
     _, text, params = _qdq_graph(2)
     body = text[text.index("graph cnn_qdq"):]
-    assert body.count("qlinear_conv_") == 2 and body.count("qdq_matmul_") == 1
-    assert "conv2d(" not in body and "dense(" not in body and "gemm" not in body
+    assert body.count("= conv2d(") == 2 and body.count("= requantize_") == 2
+    assert body.count("= qconv_input_") == 2 and body.count("qdq_matmul_") == 1
+    assert "qlinear_conv_" not in body and "dense(" not in body and "gemm" not in body
     # MaxPool and Flatten run on the int8 values: the one QuantizeLinear left is the
     # input's, the one DequantizeLinear the output's
     assert body.count("= quantize_") == 1 and body.count("= dequantize_") == 1
     assert "max_pool2d(" not in body
-    weights = {k: v for k, v in params.items() if "weight_quantized" in k}
-    assert len(weights) == 3 and all(v.dtype == np.int8 for v in weights.values())
-    assert not any(v.dtype == np.float32 and v.size > 16 for v in params.values())
+    model = onnx.load(str(MODELS / f"{QDQ}.onnx"))
+    inits = {i.name: onnx.numpy_helper.to_array(i) for i in model.graph.initializer}
+    convs = [v for k, v in params.items() if k.endswith("_wf")]
+    assert len(convs) == 2 and all(v.dtype == np.float32 and np.all(v == np.round(v))
+                                   for v in convs)
+    assert sorted(v.shape for v in convs) == sorted(
+        v.shape for k, v in inits.items() if "weight_quantized" in k and v.ndim == 4)
+    dense = [v for k, v in params.items() if "weight_quantized" in k]
+    assert len(dense) == 1 and dense[0].dtype == np.int8
 
 
 @needs_gcc
@@ -127,8 +137,8 @@ def _qdq_model(relu, per_channel, bias_scale_factor=1.0):
 def test_qdq_fusion_u8_per_channel_relu_matmul_bit_exact(relu, per_channel):
     model = _qdq_model(relu, per_channel)
     text, _ = convert_model(model, "qdq")
-    assert "qlinear_conv_" in text and "qdq_matmul_" in text and "quantize_" not in \
-        text.replace("dequantize_", "")
+    assert "= conv2d(" in text and "requantize_" in text and "qdq_matmul_" in text and \
+        "quantize_" not in text.replace("dequantize_", "").replace("requantize_", "")
     x = np.random.default_rng(3).integers(0, 256, (1, 3, 5, 7)).astype(np.uint8)
     np.testing.assert_array_equal(OnnxModule(model)(x), onnxruntime_outputs(model, [x])[0])
 
@@ -138,4 +148,4 @@ def test_qdq_not_fused_when_the_bias_scale_is_not_x_times_w():
     the float route, as ONNX defines it, is kept (and the Conv's DequantizeLinear
     operands are computed)."""
     text, _ = convert_model(_qdq_model(False, False, bias_scale_factor=2.0), "qdq")
-    assert "qlinear_conv_" not in text and "qdq_matmul_" in text
+    assert "qlinear_conv_" not in text and "requantize_" not in text and "qdq_matmul_" in text

@@ -10,7 +10,10 @@ i32 bias, requantized as `quantized` does (MLAS: ``f32(acc) * (x_scale * w_scale
 y_scale)`` rounded half to even, plus the zero point, saturated); a Relu between the op and
 its QuantizeLinear is ``max(y, y_zero_point)``, which is exactly quantize(relu(v)). The
 float graph computes the same up to its float rounding; the integer one is bit-exact with
-onnxruntime, which fuses the same pattern.
+onnxruntime, which fuses the same pattern. A Conv whose integer sum f32 holds exactly (the
+bound `quantized._conv_f32_exact` checks on the constant weights) runs as std conv2d on the
+centred values, with the requantization (and the Relu) as its epilogue: the tuned schedule
+and the blocked layout, the same integers.
 
 Recognised when: x's scale and zero point are per tensor; the weights are constants (int8
 or uint8) per tensor or per output channel; the bias (if any) is a constant int32 whose
@@ -250,7 +253,10 @@ def _emit(cv, m):
         inputs = [x.q, x.s, x.z or "", w.q, w.s, w.z or "", q.input[1], q.input[2]]
         if m.bias is not None:
             inputs.append(m.bias.q)
-        Q.qlinear_conv(cv, SimpleNamespace(input=inputs, output=[out]), m.attrs)
+        Q.qlinear_conv(cv, SimpleNamespace(input=inputs, output=[yq]), m.attrs,
+                       relu=bool(m.relu))
+        _state(cv)["done"].update(id(n) for n in (m.relu, m.q) if n is not None)
+        return
     else:
         b = w.q
         if node.op_type == "Gemm" and int(m.attrs.get("transB", 0)):

@@ -11,6 +11,7 @@ by the importer.
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -306,7 +307,15 @@ def conv_integer(cv, node, a):
 
 @converter("QLinearConv", attrs=("auto_pad", "dilations", "group", "kernel_shape", "pads",
                                  "strides"))
-def qlinear_conv(cv, node, a):
+def qlinear_conv(cv, node, a, relu=False):
+    """``relu``: the result's max with its zero point (QDQ's Conv -> Relu -> Q)."""
+    if _conv_f32_exact(cv, node, a, relu):
+        return
+    if relu:
+        out = node.output[0]
+        qlinear_conv(cv, SimpleNamespace(input=node.input, output=[out + "#int"]), a)
+        cv.elementwise(out, [out + "#int", node.input[7]], "max({0}, {1})", "qdq_relu")
+        return
     x = node.input
     params, args, acc, shape, i = _conv_parts(cv, node, a, x[0], x[3], x[2], x[5])
     if opt(node, 8):
@@ -326,3 +335,121 @@ def qlinear_conv(cv, node, a):
             f"    Acc: {T.ty(shape, 'i32')}\n    {T.at('Acc', i)} = {acc}\n"
             f"    {T.at('Y', i)} = {body}\n}}\n")
     cv.call(node.output[0], cv.op("qlinear_conv", text), args + rq_args, shape, dtype=out)
+
+
+# A conv's i32 sum computed by std conv2d in f32 (its tuned schedule; the graph's blocked
+# layout) is the same integer when every partial sum is one: the products of two centred
+# 8-bit values are integers below 2^16, and a sum of integers whose magnitudes add up to no
+# more than 2^24 is exact in f32 in any order (FMA or not). With constant weights the bound
+# is known at import: max over filters of sum |w - w_zp| times the largest |x - x_zp| the
+# input type allows, plus the largest |bias|.
+_F32_EXACT = 1 << 24
+
+
+def _static_scalar(cv, name, dtypes):
+    v = cv.static.get(name) if name else None
+    if v is None or v.size != 1 or v.dtype.type not in dtypes:
+        return None
+    return v.reshape(())
+
+
+def _conv_f32_exact(cv, node, a, relu=False) -> bool:
+    """QLinearConv as std ``conv2d`` / ``depthwise_conv2d`` on the centred input in f32,
+    bit-exact with the integer op (see ``_F32_EXACT``): a copy makes ``f32(x) - x_zp``
+    with the padding written as 0 (so the std op runs unpadded: no Winograd, whose
+    transforms round), the weights ``f32(w - w_zp)`` are computed now, and an epilogue adds
+    the bias and requantizes as `_requantize` does, ``relu`` folded into its lower bound.
+    False (nothing emitted) where it does not apply: 2-D only, constant weights, scales and
+    zero points (the weights' per tensor or per output channel), a constant bias, one
+    stride and one dilation for both axes, a plain or depthwise grouping, and the bound."""
+    from .conv import _pads
+    x = list(node.input) + [""] * (9 - len(node.input))
+    xt = cv.tensors.get(x[0])
+    if xt is None or xt.dtype not in ("u8", "i8") or len(xt.shape) != 4 or \
+            not all(isinstance(d, (int, np.integer)) for d in xt.shape[1:]):
+        return False
+    n, c, ih, iw = xt.shape
+    xdt = {"u8": np.uint8, "i8": np.int8}[xt.dtype]
+    xs, ys = (_static_scalar(cv, k, (np.float32,)) for k in (x[1], x[6]))
+    xz = _static_scalar(cv, x[2], (xdt,)) if x[2] else np.zeros((), xdt)
+    yz = _static_scalar(cv, x[7], (np.uint8, np.int8)) if x[7] else np.zeros((), np.uint8)
+    w, ws = cv.static.get(x[3]), cv.static.get(x[4])
+    if xs is None or ys is None or xz is None or yz is None or w is None or ws is None or \
+            w.ndim != 4 or w.dtype.type not in (np.int8, np.uint8) or ws.dtype != np.float32:
+        return False
+    f, cg, kh, kw = w.shape
+    wz = cv.static.get(x[5]) if x[5] else np.zeros((), w.dtype)
+    if wz is None or wz.dtype != w.dtype or \
+            not all(v.size == 1 or (v.ndim == 1 and v.size == f) for v in (ws, wz)):
+        return False
+    group = int(a.get("group", 1))
+    if not (group == 1 and cg == c) and not (group == c == f and cg == 1):
+        return False
+    if list(a.get("kernel_shape", [kh, kw])) != [kh, kw]:
+        return False
+    strides = [int(v) for v in a.get("strides", [1, 1])]
+    dil = [int(v) for v in a.get("dilations", [1, 1])]
+    if len(set(strides)) != 1 or len(set(dil)) != 1:
+        return False
+    pads = _pads(cv, a, 2, [kh, kw], strides, dil, (ih, iw))
+    bias = cv.static.get(x[8]) if x[8] else np.zeros(f, np.int32)
+    if bias is None or bias.dtype != np.int32 or bias.shape != (f,):
+        return False
+    lo_x, hi_x = RANGES[xt.dtype]
+    x_max = max(hi_x - int(xz), int(xz) - lo_x)
+    wc = w.astype(np.int64) - wz.astype(np.int64).reshape(-1, 1, 1, 1)
+    bound = x_max * int(np.abs(wc).reshape(f, -1).sum(axis=1).max()) + \
+        int(np.abs(bias.astype(np.int64)).max(initial=0))
+    hp, wp = ih + pads[0] + pads[2], iw + pads[1] + pads[3]
+    oh = (hp - dil[0] * (kh - 1) - 1) // strides[0] + 1
+    ow = (wp - dil[1] * (kw - 1) - 1) // strides[1] + 1
+    if bound > _F32_EXACT or oh < 1 or ow < 1:
+        return False
+    # the padded, centred input
+    subs = [f"h - {pads[0]}" if pads[0] else "h", f"w - {pads[1]}" if pads[1] else "w"]
+    conds = [cond for cond in (f"h >= {pads[0]}" if pads[0] else "",
+                               f"h < {ih + pads[0]}" if pads[2] else "",
+                               f"w >= {pads[1]}" if pads[1] else "",
+                               f"w < {iw + pads[1]}" if pads[3] else "") if cond]
+    value = f"f32(X[n, c, {', '.join(subs)}]) - {T.lit(float(xz))}"
+    if conds:
+        value = f"select({' and '.join(conds)}, {value}, 0.0)"
+    text = (f"op {{name}}(X: {xt.type}) -> Y: {T.ty([n, c, hp, wp], 'f32')} {{\n"
+            f"    Y[n, c, h, w] = {value}\n}}\n")
+    out = node.output[0]
+    cv.call(out + "#xf", cv.op("qconv_input", text), [xt], (n, c, hp, wp))
+    cv.static[out + "#wf"] = wc.astype(np.float32)
+    shape = (n, f, oh, ow)
+    from .conv import _attrs
+    cv.call(out + "#acc", "conv2d" if group == 1 else "depthwise_conv2d",
+            [cv.tensors[out + "#xf"], cv.tensor(out + "#wf")], shape,
+            _attrs(stride=strides[0], dilation=dil[0]))
+    # the requantization, as _requantize writes it: f32(acc) * (x_scale * w_scale /
+    # y_scale) in f32, rounded half to even, plus the zero point, saturated
+    scale = (xs * ws.reshape(-1)).astype(np.float32) / ys
+    lo, hi = RANGES[{np.uint8: "u8", np.int8: "i8"}[yz.dtype.type]]
+    if relu:
+        lo = max(lo, int(yz))
+    params, args = [f"X: {T.ty(shape, 'f32')}"], [cv.tensors[out + "#acc"]]
+    acc = "X[n, f, y, x]"
+    if np.any(bias):
+        cv.static[out + "#bf"] = bias.astype(np.float32)
+        bt = cv.tensor(out + "#bf")
+        params.append(f"B: {bt.type}")
+        args.append(bt)
+        acc = f"({acc} + B[f])"
+    if scale.size == 1:
+        factor = T.lit(float(scale.reshape(-1)[0]))
+    else:
+        cv.static[out + "#scale"] = scale.astype(np.float32)
+        st = cv.tensor(out + "#scale")
+        params.append(f"S: {st.type}")
+        args.append(st)
+        factor = "S[f]"
+    dt = {np.uint8: "u8", np.int8: "i8"}[yz.dtype.type]
+    body = (f"{dt}(min(max(round({acc} * {factor}) + {T.lit(float(yz))}, {T.lit(float(lo))}), "
+            f"{T.lit(float(hi))}))")
+    text = (f"op {{name}}({', '.join(params)}) -> Y: {T.ty(shape, dt)} {{\n"
+            f"    Y[n, f, y, x] = {body}\n}}\n")
+    cv.call(out, cv.op("requantize", text), args, shape, dtype=dt)
+    return True
