@@ -387,7 +387,6 @@ def _tune_graph(args) -> int:
     (`tdsl.tuner.graph_tune`), then the whole model's time before and after."""
     from .tuner.distributed import DaskMeasurer
     from .tuner.graph_tune import tune_graph
-    from .tuner.measure import LocalMeasurer
     from .tuner.tune import check_tunable, plot_curves
     for flag, value in (("--op", args.op), ("--schedule", args.schedule),
                         ("--attr", args.attr), ("--transfer-log", args.transfer_log)):
@@ -406,14 +405,15 @@ def _tune_graph(args) -> int:
         _check_writable(args.plot, "--plot")
     if args.params is not None and not Path(args.params).is_file():
         raise TdslError(f"--params {args.params}: no such file")
-    measurer = _dask_measurer(DaskMeasurer, args) if args.dask else \
-        LocalMeasurer(timeout=args.timeout)
+    measurer = _dask_measurer(DaskMeasurer, args) if args.dask else None   # None: flushing
     try:
         result = tune_graph(mod[args.graph], args.params, None, args.trials, args.log,
                             args.target, parse_shapes(args.shape), args.floor, args.tuner,
-                            measurer, args.batch, args.seed, trial_progress=True)
+                            measurer, args.batch, args.seed, args.timeout,
+                            trial_progress=True)
     finally:
-        measurer.close()
+        if measurer is not None:
+            measurer.close()
     if args.plot:
         plot_curves({t.name: t.result.curve for t in result.tasks if t.result is not None},
                     args.plot, f"graph {args.graph}")

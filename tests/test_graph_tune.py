@@ -205,3 +205,12 @@ def test_tdsl_tune_graph_refuses_op_flags(tmp_path, capsys):
     assert "takes no --op" in capsys.readouterr().err
     assert cli.main(["tune", str(src), "--graph", "nope"]) == 1
     assert "no graph 'nope'" in capsys.readouterr().err
+
+
+def test_cold_timing_flushes_before_every_call():
+    from tdsl.tuner.graph_tune import flush_bytes
+    from tdsl.tuner.measure import time_cold
+    calls = []
+    seconds = time_cold(lambda: calls.append(1), 0.0, 3, 1 << 16)
+    assert len(calls) == 3 and seconds >= 0
+    assert flush_bytes("c") >= 8 << 20

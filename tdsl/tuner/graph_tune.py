@@ -16,7 +16,10 @@
    holds fewer configurations than its share gets its whole space and the rest goes to the
    others. AutoTVM's ``tune_tasks`` gives each task ``n_trial``; here the heavy kernels
    get more of the same total.
-4. Tune: heaviest first, each with `tune.tune`, then its best configuration and its
+4. Tune: heaviest first, each with `tune.tune`, every candidate timed call by call with
+   the caches flushed before each (``cache_flush``, as TVM recommends for graph tuning:
+   in the model a kernel runs after other kernels, its weights out of cache, while a
+   kernel timed over and over runs hot), then its best configuration and its
    default measured once more (`_confirm`: a busy moment only ever slows a timing, and
    the build takes each kernel's fastest record). Transfer learning: the configurations
    measured for the tasks already tuned with the same anchor op (the same template) are
@@ -227,6 +230,7 @@ def tune_graph(graph, params=None, inputs=None, trials: int = 64, log="tune.json
                measurer=None, batch_size: int = 16, seed: int = 0, timeout: float = 10.0,
                rounds: int = 30, passes: int = 20, layout: bool | None = None,
                winograd: bool = True, transfer: bool = True, confirm: bool = True,
+               cache_flush: bool = True,
                stream=None,
                trial_progress: bool = False) -> GraphTuneResult:
     """Tune the distinct fused kernels of ``graph`` (a `tdsl.Graph`) under one budget of
@@ -273,7 +277,8 @@ def tune_graph(graph, params=None, inputs=None, trials: int = 64, log="tune.json
         f"{result.budget} trials ({trials} per task on average, at least {floor} each, "
         f"shared by weight), log {log}")
     history: dict[str, list] = defaultdict(list)       # anchor op -> [(xs, ys)] of tasks done
-    measurer = LocalMeasurer(timeout=timeout) if own_measurer else measurer
+    measurer = LocalMeasurer(timeout=timeout, flush_bytes=flush_bytes(target)
+                             if cache_flush else 0) if own_measurer else measurer
     try:
         for i, t in enumerate(tasks):
             task = t.task
@@ -318,6 +323,13 @@ def tune_graph(graph, params=None, inputs=None, trials: int = 64, log="tune.json
     result.seconds = time.perf_counter() - started
     say(f"measured {result.measured} new trials in {result.seconds:.1f} s")
     return result
+
+
+def flush_bytes(target) -> int:
+    """What is written between two timed calls of a candidate (``cache_flush``): four times
+    the L2 cache, at least 8 MiB, enough to push a kernel's weights out of the caches."""
+    l2 = as_target(target).facts().get("l2") or 0
+    return max(4 * int(l2), 8 << 20)
 
 
 def _key(config) -> tuple:

@@ -101,8 +101,9 @@ _DATA: dict[str, tuple] = {}        # the runner's task data: directory -> (inpu
 
 
 def run_candidate(built: Built, data_dir: str, rtol: float, atol: float,
-                  min_seconds: float, repeats: int):
-    """Warm up, check and time one built candidate: ``(status, seconds | None, message)``."""
+                  min_seconds: float, repeats: int, flush_bytes: int = 0):
+    """Warm up, check and time one built candidate: ``(status, seconds | None, message)``;
+    with ``flush_bytes``, each timed call after that many bytes are written (`time_cold`)."""
     inputs, expected = load_task_data(data_dir)
     try:
         kernel = load_func(built.func, built.module, built.library, built.target,
@@ -116,7 +117,31 @@ def run_candidate(built: Built, data_dir: str, rtol: float, atol: float,
         return "wrong", None, wrong
     # checked and marshalled once: a checked call costs more than a small kernel takes
     call, _ = kernel.bind(*inputs, out=result)
+    if flush_bytes:
+        return "ok", time_cold(call, min_seconds, repeats, flush_bytes), ""
     return "ok", time_calls(call, min_seconds, repeats), ""
+
+
+_FLUSH: dict[int, np.ndarray] = {}
+
+
+def time_cold(call, min_seconds: float, repeats: int, flush_bytes: int) -> float:
+    """The median time of single calls, each after ``flush_bytes`` of other data are read
+    and written, so the call finds its inputs and weights out of cache as a kernel does in
+    a model, after other kernels ran (TVM's ``enable_cpu_cache_flush`` for graph tuning):
+    at least ``repeats`` calls, more until the calls took ``min_seconds``, 1000 at most."""
+    buf = _FLUSH.setdefault(flush_bytes, np.zeros(max(flush_bytes // 8, 1)))
+    times: list[float] = []
+    gc.disable()
+    try:
+        while len(times) < repeats or sum(times) < min_seconds and len(times) < 1000:
+            buf += 1.0
+            start = time.perf_counter()
+            call()
+            times.append(time.perf_counter() - start)
+    finally:
+        gc.enable()
+    return statistics.median(times)
 
 
 def time_calls(call, min_seconds: float, repeats: int) -> float:
@@ -244,8 +269,10 @@ class LocalMeasurer:
 
     def __init__(self, build_workers: int | None = None, timeout: float = 10.0,
                  build_timeout: float = 120.0, min_seconds: float = 0.2, repeats: int = 5,
-                 rtol: float = 1e-3, atol: float = 1e-3, seed: int = 0):
+                 rtol: float = 1e-3, atol: float = 1e-3, seed: int = 0,
+                 flush_bytes: int = 0):
         self.build_workers = max(1, build_workers or os.cpu_count() or 1)
+        self.flush_bytes = flush_bytes      # > 0: time each call with the caches flushed
         self.timeout, self.build_timeout = timeout, build_timeout
         self.min_seconds, self.repeats = min_seconds, repeats
         self.rtol, self.atol, self.seed = rtol, atol, seed
@@ -339,7 +366,7 @@ class LocalMeasurer:
         self._start(self._runner, 1)
         runner = self._runner[0]
         runner.send("run", (built, data_dir, self.rtol, self.atol, self.min_seconds,
-                            self.repeats))
+                            self.repeats, self.flush_bytes))
         kind, reply = runner.receive(self.timeout)     # the parent does nothing else
         if kind == "ok" and reply[0] == "ok":
             status, seconds, message = reply[1]
