@@ -106,3 +106,10 @@ def test_reverse_with_shorter_sequences_is_refused_clearly():
     m, _ = model("GRU", with_lens=True, direction="reverse")
     with pytest.raises(tdsl.TdslError, match="sequence_lens shorter than the sequence"):
         convert_model(m, "net")
+
+
+def test_activations_take_their_whole_argument():
+    """An activation's argument may be a sum (GRU's hidden gate, P + (r * H) R^T; an LSTM
+    gate with peepholes): Affine's alpha * x + beta scales all of it, not its first term."""
+    check(*model("GRU", activations=["Sigmoid", "Affine"], activation_alpha=[0.7],
+                 activation_beta=[0.2]))

@@ -59,9 +59,11 @@ def _activations(cv, kind, a, directions):
         expr, da, db = ACTIVATIONS[key]
         al = alphas.pop(0) if da is not None and alphas else da
         be = betas.pop(0) if db is not None and betas else db
+        # x in parentheses: a gate's argument is a sum ("A[b, j] + Pe[d, j] * Cp[b, j]"),
+        # and Affine's "{a} * {x} + {b}" would otherwise scale its first term alone
         fns.append(lambda x, e=expr, al=al, be=be: "(" + e.format(
-            x=x, a=T.lit(al) if al is not None else "", b=T.lit(be) if be is not None else "")
-            + ")")
+            x=f"({x})", a=T.lit(al) if al is not None else "",
+            b=T.lit(be) if be is not None else "") + ")")
     return [fns[d * per:(d + 1) * per] for d in range(directions)]
 
 
