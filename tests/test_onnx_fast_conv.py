@@ -1,0 +1,204 @@
+"""The fast paths of imported convolutions (issue 26), against onnxruntime and ONNX's
+reference, each asserting that the path was taken (or, past its limits, that the generic
+op was):
+
+- QLinearConv, and the QDQ pattern DequantizeLinear -> Conv [-> Relu] -> QuantizeLinear,
+  of constant weights as std conv2d / depthwise_conv2d on the centred integers in f32 and a
+  requantizing epilogue (`quantized._conv_f32_exact`): bit-exact with onnxruntime over
+  u8/i8 inputs and weights, per-tensor and per-channel scales and zero points, strides,
+  dilations, asymmetric pads, depthwise groups, bias or none; past the f32-exact bound the
+  integer op is kept;
+- Conv3d of constant weights as one std conv2d (`conv._conv3d_as_2d`): strides, dilations,
+  asymmetric pads, batches, kernels of depth 1 and more, against ONNX's reference.
+"""
+from __future__ import annotations
+
+import shutil
+import warnings
+
+import numpy as np
+import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+
+onnx = pytest.importorskip("onnx", reason="needs the onnx package (pip install 'tdsl[onnx]')")
+ort = pytest.importorskip("onnxruntime", reason="needs onnxruntime")
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+from onnx.reference import ReferenceEvaluator  # noqa: E402
+
+import tdsl  # noqa: E402
+from tdsl.onnx_import import convert_model  # noqa: E402
+
+pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
+_TYPES = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.uint8): TensorProto.UINT8,
+          np.dtype(np.int8): TensorProto.INT8, np.dtype(np.int32): TensorProto.INT32}
+
+
+def _run(nodes, x, inits, out_type):
+    g = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", _TYPES[x.dtype], list(x.shape))],
+        [helper.make_tensor_value_info("y", _TYPES[np.dtype(out_type)], None)],
+        [numpy_helper.from_array(np.asarray(v), k) for k, v in inits.items()])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    text, params = convert_model(m, "net")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = tdsl.loads(text)["net"].build(params=params)(x)
+    return m, text, got
+
+
+def _ort(m, x):
+    sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    return sess.run(None, {"x": x})[0]
+
+
+def _out_size(i, k, s, d, lo, hi):
+    return (i + lo + hi - d * (k - 1) - 1) // s + 1
+
+
+@st.composite
+def _qconv(draw):
+    depthwise = draw(st.booleans())
+    c = draw(st.integers(1, 5))
+    f = c if depthwise else draw(st.integers(1, 9))
+    k = [draw(st.integers(1, 3)), draw(st.integers(1, 3))]
+    s, d = draw(st.integers(1, 2)), draw(st.integers(1, 2))
+    pads = [draw(st.integers(0, 2)) for _ in range(4)]
+    hw = [draw(st.integers(max(1, d * (kk - 1) + 1 - pads[a] - pads[a + 2]), 9))
+          for a, kk in enumerate(k)]
+    xdt = draw(st.sampled_from([np.uint8, np.int8]))
+    wdt = draw(st.sampled_from([np.int8, np.uint8] if xdt is np.uint8 else [np.int8]))
+    per_channel = draw(st.booleans())
+    return dict(depthwise=depthwise, c=c, f=f, k=k, s=s, d=d, pads=pads, hw=hw, xdt=xdt,
+                wdt=wdt, per_channel=per_channel, n=draw(st.integers(1, 2)),
+                bias=draw(st.booleans()), relu=draw(st.booleans()),
+                seed=draw(st.integers(0, 2 ** 31)))
+
+
+def _qconv_case(p):
+    rng = np.random.default_rng(p["seed"])
+    c, f, xdt, wdt = p["c"], p["f"], p["xdt"], p["wdt"]
+    cg = 1 if p["depthwise"] else c
+    ii = np.iinfo(wdt)
+    w = rng.integers(ii.min, ii.max + 1, (f, cg, *p["k"])).astype(wdt)
+    nz = f if p["per_channel"] else 1
+    wz = (rng.integers(ii.min, ii.max + 1, nz) if wdt is np.uint8 else np.zeros(nz)) \
+        .astype(wdt)
+    ws = rng.uniform(0.002, 0.02, nz).astype(np.float32)
+    xi = np.iinfo(xdt)
+    x = rng.integers(xi.min, xi.max + 1, (p["n"], c, *p["hw"])).astype(xdt)
+    inits = {"xs": np.float32(rng.uniform(0.01, 0.05)),
+             "xz": xdt(rng.integers(xi.min, xi.max + 1)), "w": w,
+             "ws": ws if p["per_channel"] else ws.reshape(()),
+             "wz": wz if p["per_channel"] else wz.reshape(()),
+             "ys": np.float32(rng.uniform(0.05, 0.3)),
+             "yz": xdt(rng.integers(xi.min, xi.max + 1))}
+    if p["bias"]:
+        inits["b"] = rng.integers(-3000, 3000, f).astype(np.int32)
+    attrs = dict(group=c if p["depthwise"] else 1, strides=[p["s"]] * 2,
+                 dilations=[p["d"]] * 2, pads=p["pads"], kernel_shape=p["k"])
+    # the bound _conv_f32_exact checks: the fast path's limit
+    wc = w.astype(np.int64) - inits["wz"].astype(np.int64).reshape(-1, 1, 1, 1)
+    x_max = max(xi.max - int(inits["xz"]), int(inits["xz"]) - xi.min)
+    bound = x_max * np.abs(wc).reshape(f, -1).sum(1).max() + \
+        (np.abs(inits["b"]).max() if p["bias"] else 0)
+    return x, inits, attrs, bound <= 1 << 24
+
+
+@settings(max_examples=40, deadline=None)
+@given(_qconv())
+@example(dict(depthwise=False, c=16, f=16, k=[3, 3], s=1, d=1, pads=[1, 1, 1, 1], hw=[8, 8],
+              xdt=np.uint8, wdt=np.int8, per_channel=True, n=1, bias=True, relu=True,
+              seed=5)).via("the shape the blocked layout would run by Winograd")
+def test_qlinear_conv_of_constant_weights_runs_as_std_conv2d_bit_exact(p):
+    x, inits, attrs, exact = _qconv_case(p)
+    ins = ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz"] + (["b"] if p["bias"] else [])
+    node = helper.make_node("QLinearConv", ins, ["y"], **attrs)
+    m, text, got = _run([node], x, inits, p["xdt"])
+    std = "= depthwise_conv2d(" if p["depthwise"] and p["c"] > 1 else "= conv2d("
+    assert (std in text and "requantize_" in text) == exact
+    assert ("qlinear_conv_" in text) == (not exact)
+    want = _ort(m, x)
+    assert got.dtype == want.dtype
+    np.testing.assert_array_equal(got, want)
+
+
+@settings(max_examples=25, deadline=None)
+@given(_qconv())
+def test_qdq_conv_relu_of_constant_weights_runs_as_std_conv2d_bit_exact(p):
+    """DQ(x) and DQ(w) (and DQ(b)) into a float Conv, a Relu or not, then Q: what
+    onnxruntime's quantize_static writes, and runs as QLinearConv."""
+    x, inits, attrs, exact = _qconv_case(p)
+    dq, q = "DequantizeLinear", "QuantizeLinear"
+    nodes = [helper.make_node(dq, ["x", "xs", "xz"], ["xf"]),
+             helper.make_node(dq, ["w", "ws", "wz"], ["wf"], axis=0)]
+    conv_in = ["xf", "wf"]
+    if p["bias"]:
+        inits["bs"] = (inits["xs"] * inits["ws"]).astype(np.float32)
+        inits["bz"] = np.zeros(inits["bs"].shape, np.int32)
+        nodes.append(helper.make_node(dq, ["b", "bs", "bz"], ["bf"], axis=0))
+        conv_in.append("bf")
+    nodes.append(helper.make_node("Conv", conv_in, ["c"], **attrs))
+    if p["relu"]:
+        nodes.append(helper.make_node("Relu", ["c"], ["r"]))
+    nodes.append(helper.make_node(q, ["r" if p["relu"] else "c", "ys", "yz"], ["y"]))
+    m, text, got = _run(nodes, x, inits, p["xdt"])
+    assert ("requantize_" in text) == exact and ("qlinear_conv_" in text) == (not exact)
+    assert "dequantize_" not in text
+    want = _ort(m, x)
+    np.testing.assert_array_equal(got, want)
+
+
+def test_qlinear_conv_past_the_f32_bound_keeps_the_integer_op():
+    """Weights whose sum of |w - w_zp| times 255 passes 2^24 are not summed in f32."""
+    rng = np.random.default_rng(1)
+    c = 260                                     # 260 * 9 * 127 * 255 > 2^24
+    w = np.full((2, c, 3, 3), 127, np.int8)
+    x = rng.integers(0, 256, (1, c, 4, 4)).astype(np.uint8)
+    inits = {"xs": np.float32(0.02), "xz": np.uint8(0), "w": w, "ws": np.float32(1e-5),
+             "wz": np.int8(0), "ys": np.float32(0.5), "yz": np.uint8(3)}
+    node = helper.make_node("QLinearConv", ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz"],
+                            ["y"], pads=[1, 1, 1, 1])
+    m, text, got = _run([node], x, inits, np.uint8)
+    assert "qlinear_conv_" in text and "requantize_" not in text
+    np.testing.assert_array_equal(got, _ort(m, x))
+
+
+@settings(max_examples=30, deadline=None)
+@given(data=st.data())
+def test_conv3d_of_constant_weights_runs_as_std_conv2d(data):
+    draw = data.draw
+    n, c, f = draw(st.integers(1, 2)), draw(st.integers(1, 4)), draw(st.integers(1, 9))
+    k = [draw(st.integers(1, 3)) for _ in range(3)]
+    sd, s = draw(st.integers(1, 2)), draw(st.integers(1, 2))
+    dd, d = draw(st.integers(1, 2)), draw(st.integers(1, 2))
+    strides, dil = [sd, s, s], [dd, d, d]
+    pads = [draw(st.integers(0, 2)) for _ in range(6)]
+    if draw(st.booleans()):                     # symmetric in H and W: conv2d's own padding
+        pads[2] = pads[4] = pads[5] = pads[1]
+    ins = [draw(st.integers(max(1, dil[a] * (k[a] - 1) + 1 - pads[a] - pads[a + 3]), 7))
+           for a in range(3)]
+    rng = np.random.default_rng(draw(st.integers(0, 2 ** 31)))
+    x = rng.standard_normal((n, c, *ins)).astype(np.float32)
+    inits = {"w": rng.standard_normal((f, c, *k)).astype(np.float32)}
+    if draw(st.booleans()):
+        inits["b"] = rng.standard_normal(f).astype(np.float32)
+    node = helper.make_node("Conv", ["x", *inits], ["y"], strides=strides, dilations=dil,
+                            pads=pads)
+    m, text, got = _run([node], x, inits, np.float32)
+    assert "= conv2d(" in text and "conv3d_input_" in text
+    want = ReferenceEvaluator(m).run(None, {"x": x})[0]
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_conv3d_of_unequal_height_and_width_strides_keeps_the_generic_op():
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((1, 2, 4, 6, 6)).astype(np.float32)
+    inits = {"w": rng.standard_normal((3, 2, 2, 3, 3)).astype(np.float32)}
+    node = helper.make_node("Conv", ["x", "w"], ["y"], strides=[1, 1, 2])
+    m, text, got = _run([node], x, inits, np.float32)
+    assert "conv2d(" not in text and "conv3d_" in text
+    np.testing.assert_allclose(got, ReferenceEvaluator(m).run(None, {"x": x})[0],
+                               rtol=1e-4, atol=1e-4)
