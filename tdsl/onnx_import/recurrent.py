@@ -180,37 +180,43 @@ def _split_steps(seq, batch, g):
     return f"op {{name}}(P: {T.ty([seq, batch, g])}) -> ({outs}) {{\n{body}\n}}\n"
 
 
-def _split_rows(seq, batch, g, layout):
-    """The projection of every timestep as its own tensor, from dense's rows of X: row
-    ``t * batch + b`` (layout 1: ``b * seq + t``)."""
+def _split_rows(seq, batch, g, layout, directions):
+    """The projection of every timestep and direction as its own tensor, from dense's rows
+    of X: row ``t * batch + b`` (layout 1: ``b * seq + t``), columns ``d * g`` on (both
+    directions are one GEMM). Outputs in the order (d, t)."""
     def row(t):
         return str(t) if batch == 1 else f"b * {seq} + {t}" if layout else f"{t * batch} + b"
-    outs = ", ".join(f"P{t}: {T.ty([batch, g])}" for t in range(seq))
-    body = "\n".join(f"    P{t}[b, g] = P[{row(t)}, g]" for t in range(seq))
-    return f"op {{name}}(P: {T.ty([seq * batch, g])}) -> ({outs}) {{\n{body}\n}}\n"
+    names = [(d, t) for d in range(directions) for t in range(seq)]
+    outs = ", ".join(f"P{d}_{t}: {T.ty([batch, g])}" for d, t in names)
+    body = "\n".join(f"    P{d}_{t}[b, g] = P[{row(t)}, {f'{d * g} + ' if d else ''}g]"
+                     for d, t in names)
+    return (f"op {{name}}(P: {T.ty([seq * batch, directions * g])}) -> ({outs}) "
+            f"{{\n{body}\n}}\n")
 
 
-def _dense_proj(cv, node, x, d, hidden, gates, layout, lbr, key):
-    """The input projection of direction ``d`` as std ``dense`` over the rows of X
-    ([seq * batch, input], or [batch * seq, input] in layout 1), with W[d] and the biases
-    summed into one (Rb of GRU's hidden gate left out where linear_before_reset puts it
-    inside the reset product) taken from the constants now: the graph packs the weights
-    once at build and runs the register-tiled dense_packed, where the generated op's
-    automatic schedule ran a scalar reduction (39 us for LSTM 64 over 49 steps)."""
+def _dense_proj(cv, node, x, directions, hidden, gates, lbr, key):
+    """The input projection of every direction as one std ``dense`` over the rows of X
+    ([seq * batch, input], or [batch * seq, input] in layout 1), its columns direction by
+    direction: W[d] stacked and the biases summed into one (Rb of GRU's hidden gate left
+    out where linear_before_reset puts it inside the reset product), taken from the
+    constants now. The graph packs the weights once at build and runs the register-tiled
+    dense_packed, where the generated op's automatic schedule ran a scalar reduction (39 us
+    for LSTM 64 over 49 steps)."""
     from .linalg import _rows
     g = gates * hidden
-    cv.static[key + "#w"] = np.ascontiguousarray(cv.value(node.input[1])[d], np.float32)
-    b = np.zeros(g, np.float32)
+    w = np.asarray(cv.value(node.input[1]), np.float32)
+    cv.static[key + "#w"] = np.ascontiguousarray(w.reshape(directions * g, w.shape[-1]))
+    b = np.zeros((directions, g), np.float32)
     if opt(node, 3):
-        wb_rb = np.asarray(cv.value(opt(node, 3))[d], np.float32)
-        b = wb_rb[:g] + wb_rb[g:]
+        wb_rb = np.asarray(cv.value(opt(node, 3)), np.float32)
+        b = wb_rb[:, :g] + wb_rb[:, g:]
         if lbr:
-            b[2 * hidden:] = wb_rb[2 * hidden:g]
-    cv.static[key + "#b"] = np.ascontiguousarray(b, np.float32)
+            b[:, 2 * hidden:] = wb_rb[:, 2 * hidden:g]
+    cv.static[key + "#b"] = np.ascontiguousarray(b.reshape(-1), np.float32)
     rows = int(np.prod(x.shape[:-1]))
     _rows(cv, key + "#rows", x, list(x.shape))
     cv.call(key, "dense", [cv.tensors[key + "#rows"], cv.tensor(key + "#w"),
-                           cv.tensor(key + "#b")], (rows, g))
+                           cv.tensor(key + "#b")], (rows, directions * g))
     return cv.tensors[key]
 
 
@@ -344,24 +350,30 @@ def recurrent(cv, node, a):
     rt = _transposed_r(cv, node.input[2], r, base)
     # with constant weights (and biases) the projection is std dense on the rows of X
     dense = cv.is_static(node.input[1]) and (opt(node, 3) is None or cv.is_static(opt(node, 3)))
+    if dense:
+        p = _dense_proj(cv, node, x, directions, hidden, gates, lbr, f"{base}#p")
+        steps = [f"{base}#p{d}_{t}" for d in range(directions) for t in range(seq)]
+        if len(steps) == 1:
+            cv.reshape(steps[0], f"{base}#p", (batch, g))
+        else:
+            _call_many(cv, steps, cv.op("split_rows", _split_rows(seq, batch, g, layout,
+                                                                  directions)),
+                       [p], (batch, g), "")
     states = {}                        # (t, d) -> H (and C) tensors after step t
     for d in range(directions):
         # activations may differ by direction: one step op per distinct set
         step_text = _step(kind, seq, batch, hidden, directions, acts[d], clip, extras)
         steps = [f"{base}#p{d}_{t}" for t in range(seq)]
-        if dense:
-            p = _dense_proj(cv, node, x, d, hidden, gates, layout, lbr, f"{base}#p{d}")
-            split = "split_rows", _split_rows(seq, batch, g, layout)
-        else:
+        if not dense:
             args = [x, w] + ([bias] if bias is not None else [])
             cv.call(f"{base}#p{d}", cv.op(f"{kind.lower()}_proj", proj_text), args,
                     (seq, batch, g), f"d={d}")
             p = cv.tensors[f"{base}#p{d}"]
-            split = "split_steps", _split_steps(seq, batch, g)
-        if seq == 1:
-            cv.reshape(steps[0], f"{base}#p{d}", (batch, g))
-        else:
-            _call_many(cv, steps, cv.op(*split), [p], (batch, g), "")
+            if seq == 1:
+                cv.reshape(steps[0], f"{base}#p{d}", (batch, g))
+            else:
+                _call_many(cv, steps, cv.op("split_steps", _split_steps(seq, batch, g)),
+                           [p], (batch, g), "")
         hp = _slice_direction(cv, h0, d, directions, batch, hidden, f"{base}#h0_{d}")
         cp = _slice_direction(cv, c0, d, directions, batch, hidden, f"{base}#c0_{d}") \
             if c0 is not None else None
