@@ -294,6 +294,7 @@ def tune_graph(graph, params=None, inputs=None, trials: int = 64, log="tune.json
                     _confirm(t, measurer, log)
                 except KeyboardInterrupt:
                     r.interrupted = True
+            _fastest(t, log)
             if isinstance(search, ModelTuner) and search.measured:
                 done = list(search.measured)
                 history[t.anchor].append((search.features(done),
@@ -364,8 +365,7 @@ def _confirm(t: GraphTask, measurer, log) -> None:
     """Measure the task's best configuration and its default once more and log both: a
     timing is only ever slowed by the machine's load, and the build takes the fastest
     record of each kernel, so a default that a busy moment made look slow (or a best that
-    a quiet one made look fast) does not decide alone. ``t.result``'s best and default are
-    then the fastest records of each."""
+    a quiet one made look fast) does not decide alone (`_fastest` then reads both back)."""
     r, task = t.result, t.task
     default = task.space.default_index()
     picks = [task.space.index(r.best_config)]
@@ -382,16 +382,29 @@ def _confirm(t: GraphTask, measurer, log) -> None:
                 writer.write(make_record(task.workload, m.config, m.status, m.seconds, gflops,
                                          "confirming", m.machine,
                                          getattr(m, "facts", None) or task.target.facts()))
-            if m.index == default:
-                r.default_gflops = max(r.default_gflops or 0.0, gflops)
     finally:
         if writer is not None:
             writer.close()
-    if log is not None:         # the best is now the fastest record of any configuration
-        best = best_record(read_log(log), task.workload)
-        if best is not None:
-            r.best_config = dict(best["config"])
-            r.best_gflops = task.flops / best["seconds"] / 1e9
+
+
+def _fastest(t: GraphTask, log) -> None:
+    """``t.result``'s best and default as the build sees them: the fastest record of any
+    configuration, and of the default (a resumed result counts each one's first only)."""
+    r, task = t.result, t.task
+    if log is None or r is None:
+        return
+    mine = [x for x in records_for(read_log(log), task.workload, machine_fingerprint())
+            if x.get("status") == "ok" and isinstance(x.get("seconds"), (int, float))
+            and x["seconds"] > 0]
+    if not mine:
+        return
+    best = min(mine, key=lambda x: x["seconds"])
+    r.best_config = dict(best["config"])
+    r.best_gflops = task.flops / best["seconds"] / 1e9
+    default = task.space.config(task.space.default_index())
+    times = [x["seconds"] for x in mine if x["config"] == default]
+    if times:
+        r.default_gflops = task.flops / min(times) / 1e9
 
 
 def _copy_to_duplicates(t: GraphTask, compiled, log) -> None:
