@@ -58,7 +58,7 @@ from .fused_task import FusedTask
 from .log import (LogWriter, best_record, machine_fingerprint, make_record, read_log,
                   records_for)
 from .measure import LocalMeasurer
-from .model import config_features, normalise
+from .model import normalise
 from .search import ModelTuner, make_tuner
 from .tune import Progress, TuneResult, check_tunable, tune
 
