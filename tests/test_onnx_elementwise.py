@@ -201,3 +201,53 @@ op bits(A: {dt}[N], B: {dt}[N]) -> (Y: {dt}[N], L: {dt}[N], R: {dt}[N]) {{
 def test_bitwise_functions_need_integers():
     with pytest.raises(TdslError, match="bitand needs integer operands, got f32"):
         tdsl.loads("op f(X: f32[N]) -> Y: f32[N] {\n    Y[i] = bitand(X[i], X[i])\n}\n")
+
+
+def _ffn(x_shape, ffn, d, extra=()):
+    """MatMul + bias + GELU (the Erf form PyTorch exports) + MatMul + bias + a residual of
+    the first layer's output, with constant weights: a transformer's feed-forward block."""
+    rng = np.random.default_rng(3)
+    w1 = (rng.standard_normal((d, ffn)) / np.sqrt(d)).astype(np.float32)
+    w2 = (rng.standard_normal((ffn, d)) / np.sqrt(ffn)).astype(np.float32)
+    b1, b2 = rng.standard_normal(ffn).astype(np.float32), rng.standard_normal(d).astype(np.float32)
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"]),
+             helper.make_node("Add", ["h", "b1"], ["hb"]),
+             helper.make_node("Div", ["hb", "sqrt2"], ["s"]),
+             helper.make_node("Erf", ["s"], ["e"]),
+             helper.make_node("Add", ["e", "one"], ["e1"]),
+             helper.make_node("Mul", ["hb", "e1"], ["g0"]),
+             helper.make_node("Mul", ["g0", "half"], ["g"]),
+             helper.make_node("MatMul", ["g", "w2"], ["o"]),
+             helper.make_node("Add", ["o", "b2"], ["y"]), *extra]
+    inits = {"w1": w1, "w2": w2, "b1": b1, "b2": b2, "sqrt2": np.array(2 ** 0.5, np.float32),
+             "one": np.array(1.0, np.float32), "half": np.array(0.5, np.float32)}
+    x = rng.standard_normal(x_shape).astype(np.float32)
+    outs = ["y"] + [n.output[0] for n in extra]
+    return _model(nodes, {"x": x}, outs, inits), {"x": x}
+
+
+def test_an_elementwise_chain_is_one_op_fused_into_its_dense_layer():
+    """GELU's five nodes are one op reading its input once (it had two readers), written on
+    the dense layer's rows, so the dense kernel computes bias + GELU as its epilogue; the
+    ops the chain replaced are not in the graph."""
+    model, inputs = _ffn((1, 64, 32), 512, 32)
+    text = _check(model, inputs, rtol=1e-5, atol=1e-5)
+    assert "erf(" in text and text.count(" = dense(") == 2
+    graph = [line for line in text.splitlines() if line.startswith("    ") and " = " in line
+             and "[" not in line.split(" = ")[0]]
+    assert not any(line.split(" = ")[1].startswith(("div_", "erf_")) for line in graph)
+    g = tdsl.loads(text)["net"]
+    params = convert_model(model, "net")[1]
+    compiled = g.build(params=params).compiled(inputs["x"])
+    dense_groups = [[compiled.ir.nodes[i].op for i in grp.nodes] for grp in compiled.groups
+                    if compiled.ir.nodes[grp.anchor].op == "dense_packed"]
+    assert len(dense_groups) == 2 and all(len(ops) >= 2 for ops in dense_groups), dense_groups
+    assert any(any("erf" in op or "mul" in op for op in ops[1:]) for ops in dense_groups)
+
+
+def test_a_chain_value_read_twice_stays_an_op_of_its_own():
+    """The first layer's output read by the chain and by a graph output is computed once,
+    not written into both, and both results are right."""
+    model, inputs = _ffn((2, 8, 16), 64, 16, extra=[helper.make_node("Mul", ["hb", "hb"], ["z"]),
+                                                    helper.make_node("Identity", ["e"], ["ee"])])
+    _check(model, inputs, rtol=1e-5, atol=1e-5)

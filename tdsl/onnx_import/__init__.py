@@ -143,11 +143,25 @@ def convert_model(model, name: str, source: str = "an ONNX model",
                     [t], t.shape, dtype=t.dtype)
             t = cv.tensors[o.name + "#copy"]
         outs.append(t)
+    _drop_unread_lines(cv, outs)
     # weights made on the way and then left unread (a rewrite that took another route)
     # are not the graph's
     read = set(re.findall(r"\w+", "\n".join(line.split("=", 1)[1] for line in cv.lines)))
     cv.params = {k: v for k, v in cv.params.items() if k in read}
     return _text(cv, name, source, opset, outs), dict(cv.params)
+
+
+def _drop_unread_lines(cv: Converter, outs) -> None:
+    """The graph's lines whose results nothing reads: an elementwise op written into its
+    consumer's (`elementwise._inline`), a copy a rewrite made and did not use."""
+    needed = {t.name for t in outs}
+    kept = []
+    for line in reversed(cv.lines):
+        results, _, call = line.strip().partition(" = ")
+        if needed & {r.strip() for r in results.split(",")}:
+            kept.append(line)
+            needed |= set(re.findall(r"\w+", call.partition("(")[2]))
+    cv.lines = kept[::-1]
 
 
 def _text(cv: Converter, name, source, opset, outs) -> str:

@@ -29,15 +29,102 @@ INTS = ("i64", "i32", "i16", "i8") + UNSIGNED
 def _emit(cv, out, names, expr: str, kind: str, dtype: str | None = None) -> None:
     """``out = expr`` elementwise (``{0}``, ``{1}`` ... the values ``names``, broadcast);
     like ``cv.elementwise``, but an op whose operands are all static keeps its first as a
-    tensor (an op needs an input)."""
+    tensor (an op needs an input). Operands computed by such an op for this node alone are
+    written into it (`_inline`)."""
+    shape = tuple(np.broadcast_shapes(*(cv.shape(n) for n in names)))
+    dtype = dtype or cv.dtype(names[0])           # the node's own first operand's
+    names, expr = _inline(cv, list(names), expr, shape)
     ops = [cv.operand(n) for n in names]
     if ops and not any(isinstance(o, Tensor) for o in ops):
         ops[0] = cv.tensor(names[0])
-    shape = tuple(np.broadcast_shapes(*(o.shape for o in ops)))
-    dtype = dtype or ops[0].dtype
+    _remember(cv, out, names, expr, shape, dtype)
+    rows = _on_rows(cv, names, ops, shape)
+    if rows is not None:
+        from .linalg import unrows, unrows_of        # linalg's import chain reaches here
+        viewed = next(n for n in names if n in unrows_of(cv))
+        view, flat = cv.tensors[viewed], unrows_of(cv)[viewed].shape
+        text = T.elementwise(rows, list(flat), expr, dtype)
+        cv.call(out + "#rows", cv.op(kind, text),
+                [o for o in rows if isinstance(o, Tensor)], flat, dtype=dtype)
+        unrows(cv, out, cv.tensors[out + "#rows"], list(view.shape))
+        return
     text = T.elementwise(ops, list(shape), expr, dtype)
     cv.call(out, cv.op(kind, text), [o for o in ops if isinstance(o, Tensor)], shape,
             dtype=dtype)
+
+
+def _on_rows(cv, names, ops, shape):
+    """The operands on [rows, N] where every tensor operand is the `unrows` view of a dense
+    layer's [rows, N] result, of the op's own shape, and the others are scalars or vectors
+    along the last axis (a bias): the op then reads the dense layer's result itself, which
+    the graph fuses as that layer's epilogue (through the view it would be a kernel of its
+    own, one more pass over memory); its result is viewed back. None otherwise."""
+    from .linalg import unrows_of
+    views = unrows_of(cv)
+    if len(shape) < 3 or not any(n in views for n in names):
+        return None
+    out = []
+    for n, op in zip(names, ops):
+        if n in views and tuple(cv.shape(n)) == tuple(shape):
+            out.append(views[n])
+        elif not isinstance(op, Tensor):
+            out.append(op)                                   # a literal
+        elif cv.is_static(n) and all(d == 1 for d in op.shape[:-1]) and op.shape and \
+                op.shape[-1] in (1, shape[-1]):
+            vec = n + "#vector"
+            cv.static.setdefault(vec, cv.static[n].reshape(-1))
+            out.append(cv.tensor(vec))
+        else:
+            return None
+    return out
+
+
+# an elementwise op's expression, to be written into its one consumer: ONNX value ->
+# (operand names, expression, shape, dtype)
+def _exprs(cv) -> dict:
+    return cv.__dict__.setdefault("_elementwise_exprs", {})
+
+
+def _remember(cv, out, names, expr, shape, dtype) -> None:
+    # at f32 and f64 only: a narrower float rounds where it is stored, which the
+    # consumer's expression would skip
+    if dtype in ("f32", "f64") and len(set(names)) <= _MAX_OPERANDS:
+        _exprs(cv)[out] = (list(names), expr, tuple(shape), dtype)
+
+
+_MAX_OPERANDS = 8        # an expression tree that big is a kernel of its own
+
+
+def _inline(cv, names, expr, shape):
+    """``(names, expr)`` with each operand that an elementwise op of this shape computed
+    for this node alone replaced by that op's expression, its operands merged with the
+    node's (each once). A chain of elementwise nodes becomes one op, as ONNX Runtime's
+    GELU fusion makes one of Div, Erf, Add, Mul, Mul: the value that two nodes of the
+    chain read (GELU's x) is then read by one op, which the graph can fuse as the epilogue
+    of the dense layer computing it (two readers keep a value out of an epilogue)."""
+    from .attention import _graph_index
+    _, uses, outputs = _graph_index(cv)
+    known = _exprs(cv)
+    inner = {n: known[n] for n in set(names) if n in known and uses.get(n, 0) == 1
+             and n not in outputs and known[n][2] == tuple(shape)}
+    if not inner:
+        return names, expr
+    merged: list[str] = []
+
+    def slot(n):
+        if n not in merged:
+            merged.append(n)
+        return "{" + str(merged.index(n)) + "}"
+    terms = []
+    for n in names:
+        if n in inner:
+            sub_names, sub_expr, _, _ = inner[n]
+            terms.append("(" + sub_expr.format(*[slot(m) for m in sub_names]) + ")")
+        else:
+            terms.append(slot(n))
+    if len(merged) > _MAX_OPERANDS:
+        return names, expr
+    return merged, expr.format(*terms)
 
 
 def storage_via_f32(fn):
@@ -127,8 +214,9 @@ def binary(cv, node, a):
         cv.static[node.output[0]] = np.asarray(r).astype(vx.dtype)
         return
     _need(cv, node, dtype, FLOATS + INTS)
-    if _same_shape_f32(cv, [x, y]):
+    if _same_shape_f32(cv, [x, y]) and _inline(cv, [x, y], expr, cv.shape(x))[1] == expr:
         cv.call(node.output[0], std, [cv.tensor(x), cv.tensor(y)], cv.shape(x))
+        _remember(cv, node.output[0], [x, y], expr, cv.shape(x), "f32")
         return
     sx, sy = cv.shape(x), cv.shape(y)
     if node.op_type == "Add" and cv.is_static(x) and not cv.is_static(y):

@@ -104,6 +104,14 @@ def unrows(cv, out, y, shape):
     text = (f"op {{name}}(X: {T.ty(list(y.shape), y.dtype)}) -> Y: {T.ty(shape, y.dtype)} "
             f"{{\n    {T.at('Y', i + ['n'])} = X[{row}, n]\n}}\n")
     cv.call(out, cv.op("unrows", text), [y], tuple(shape), dtype=y.dtype)
+    # elementwise ops on ``out`` read ``y`` instead, and a dense of ``out`` takes its rows
+    unrows_of(cv)[out] = y
+    rows_of(cv)[cv.tensors[out].name] = y
+
+
+def unrows_of(cv) -> dict:
+    """ONNX values made by `unrows`: the [rows, N] tensor each is a view of."""
+    return cv.__dict__.setdefault("_unrows_of", {})
 
 
 def batched(cv, out, x):
