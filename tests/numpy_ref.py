@@ -362,6 +362,46 @@ def conv2d_winograd_nchwc(x, u):
     return to_nchwc(_out(y), fi)
 
 
+# F(4x4, 3x3), the points 0, 1, -1, 2, -2 and infinity
+
+_BT4 = np.array([[4, 0, -5, 0, 1, 0], [0, -4, -4, 1, 1, 0], [0, 4, -4, -1, 1, 0],
+                 [0, -2, -1, 2, 1, 0], [0, 2, -1, -2, 1, 0], [0, 4, 0, -5, 0, 1]], np.float64)
+_G4 = np.array([[1 / 4, 0, 0], [-1 / 6, -1 / 6, -1 / 6], [-1 / 6, 1 / 6, -1 / 6],
+                [1 / 24, 1 / 12, 1 / 6], [1 / 24, -1 / 12, 1 / 6], [0, 0, 1]], np.float64)
+_AT4 = np.array([[1, 1, 1, 1, 1, 0], [0, 1, -1, 2, -2, 0], [0, 1, 1, 4, 4, 0],
+                 [0, 1, -1, 8, -8, 1]], np.float64)
+
+
+def winograd4_weights(w, in_block, out_block):
+    """[F, C, 3, 3] -> G w Gt per channel pair, [6, 6, C/in_block, in_block, F/out_block,
+    out_block]."""
+    (w,) = _f64(w)
+    f, c = w.shape[:2]
+    cb, fb = c // in_block, f // out_block
+    u = np.einsum("er,fcrs,us->eucf", _G4, w[:fb * out_block, :cb * in_block], _G4)
+    return _out(u.reshape(6, 6, cb, in_block, fb, out_block))
+
+
+def conv2d_winograd4_nchwc(x, u):
+    """3x3, padding 1, stride 1: each 4x4 output tile is At [U (.) (Bt d B)] A summed over
+    the input channels, d the tile's 6x6 input window."""
+    n, cb, h, w_, ci = np.shape(x)
+    (xx, uu) = _f64(from_nchwc(x), u)
+    _, _, _, _, fb, fi = uu.shape
+    uu = uu.reshape(6, 6, cb * ci, fb * fi)
+    th, tw = (h + 3) // 4, (w_ + 3) // 4
+    xp = np.zeros((n, cb * ci, 4 * th + 2, 4 * tw + 2))
+    xp[:, :, 1:h + 1, 1:w_ + 1] = xx
+    # d[n, c, ty, tx, a, b] = xp[n, c, 4 ty + a, 4 tx + b]
+    d = np.stack([np.stack([xp[:, :, a:a + 4 * th:4, b:b + 4 * tw:4] for b in range(6)], -1)
+                  for a in range(6)], -2)
+    v = np.einsum("ea,nctyab,ub->nctyeu", _BT4, d, _BT4)
+    m = np.einsum("nctyeu,eucf->nftyeu", v, uu)
+    y = np.einsum("ie,nftyeu,ju->nftiyj", _AT4, m, _AT4)
+    y = y.reshape(n, fb * fi, 4 * th, 4 * tw)[:, :, :h, :w_]
+    return to_nchwc(_out(y), fi)
+
+
 # ------------------------------------------------------------------------------------- shape
 
 def transpose(x):

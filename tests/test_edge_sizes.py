@@ -49,6 +49,7 @@ ATTRS = {
     "pack_conv_weights": [dict(in_block=1, out_block=2), dict(in_block=2, out_block=3)],
     "pack_depthwise_weights": [dict(block=2)], "pack_dense_weights": [dict(block=3)],
     "winograd_weights": [dict(in_block=2, out_block=1)],
+    "winograd4_weights": [dict(in_block=2, out_block=1)],
 }
 _KERNELS: dict = {}
 

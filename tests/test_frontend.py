@@ -766,11 +766,13 @@ BLOCKED_OPS = {
     "pack_dense_weights": (["W"], ["block"]), "dense_packed": (["X", "Wp", "b"], []),
     "winograd_weights": (["W"], ["in_block", "out_block"]),
     "conv2d_winograd_nchwc": (["X", "U"], []),
+    "winograd4_weights": (["W"], ["in_block", "out_block"]),
+    "conv2d_winograd4_nchwc": (["X", "U"], []),
 }
 
 
 def test_stdlib_has_exactly_the_required_ops():
-    assert len(STD_OPS) == 32 and len(QUANT_OPS) == 8 and len(BLOCKED_OPS) == 17
+    assert len(STD_OPS) == 32 and len(QUANT_OPS) == 8 and len(BLOCKED_OPS) == 19
     assert sorted(tdsl.stdlib) == sorted({**STD_OPS, **QUANT_OPS, **BLOCKED_OPS})
     assert tdsl.load("std") is tdsl.stdlib
 

@@ -19,7 +19,8 @@ ATTRS = {"max_pool2d": {"kernel": 2}, "avg_pool2d": {"kernel": 3, "stride": 2, "
          "pack_conv_weights": {"in_block": 1, "out_block": 1},
          "pack_depthwise_weights": {"block": 1}, "max_pool2d_nchwc": {"kernel": 2},
          "pack_dense_weights": {"block": 2},
-         "winograd_weights": {"in_block": 1, "out_block": 1}}
+         "winograd_weights": {"in_block": 1, "out_block": 1},
+         "winograd4_weights": {"in_block": 1, "out_block": 1}}
 
 
 @pytest.mark.parametrize("name", sorted(tdsl.stdlib))

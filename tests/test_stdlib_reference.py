@@ -74,6 +74,7 @@ TESTED = {
     "pack_depthwise_weights", "conv2d_nchwc", "conv2d_nchwc_valid", "depthwise_conv2d_nchwc",
     "bias_add_nchwc", "batch_norm_nchwc", "scale_shift_nchwc", "max_pool2d_nchwc", "global_avg_pool2d_nchwc",
     "pack_dense_weights", "dense_packed", "winograd_weights", "conv2d_winograd_nchwc",
+    "winograd4_weights", "conv2d_winograd4_nchwc",
 }
 
 
@@ -439,6 +440,22 @@ def test_winograd_convolution(n, cb, ci, fb, fi, h, w, seed):
     direct = call("conv2d_nchwc", x, call("pack_conv_weights", wt, in_block=ci, out_block=fi),
                   padding=1)
     check(y, direct, 1e-4, 1e-4)
+
+
+@HYP
+@given(n=st.integers(1, 2), cb=st.integers(1, 3), ci=st.integers(1, 4), fb=st.integers(1, 3),
+       fi=st.integers(1, 4), h=dims, w=dims, seed=seeds)
+def test_winograd4_convolution(n, cb, ci, fb, fi, h, w, seed):
+    # F(4x4, 3x3): a last tile 1 to 3 past the size; its rounding is about 10x F(2x2)'s, so
+    # it is bounded against the largest output (tests/test_winograd4.py says why)
+    rng = np.random.default_rng(seed)
+    x, wt = rand(rng, (n, cb, h, w, ci)), rand(rng, (fb * fi, cb * ci, 3, 3))
+    direct = call("conv2d_nchwc", x, call("pack_conv_weights", wt, in_block=ci, out_block=fi),
+                  padding=1)
+    atol = 1e-4 * max(1.0, float(np.abs(direct).max()))
+    u = both("winograd4_weights", wt, in_block=ci, out_block=fi)
+    y = both("conv2d_winograd4_nchwc", x, u, atol=atol)
+    check(y, direct, 1e-4, atol)
 
 
 @HYP

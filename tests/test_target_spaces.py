@@ -37,6 +37,8 @@ TEMPLATED = {
                                {"padding": 1}),
     "conv2d_winograd_nchwc": ({"N": 1, "CB": 2, "H": 5, "W": 7, "CI": 3, "FB": 2, "FI": 16},
                               {}),
+    "conv2d_winograd4_nchwc": ({"N": 1, "CB": 2, "H": 9, "W": 7, "CI": 3, "FB": 2, "FI": 16},
+                               {}),
     "softmax": ({"N": 3, "D": 37}, {}),
     "layer_norm": ({"N": 3, "D": 37}, {}),
     "max_pool2d": ({"N": 1, "C": 3, "IH": 9, "IW": 13}, {"kernel": 3, "stride": 2}),
