@@ -187,6 +187,23 @@ def test_matmul_with_reduction_and_parallel_loop(cache):
 
 
 @needs_gcc
+def test_a_parallel_loop_of_little_work_runs_in_the_caller(cache):
+    """Fixed sizes whose whole nest stores less than MIN_PARALLEL_WORK lanes fork no team;
+    more work, or sizes known only at the call, keep the team."""
+    from tdsl.emit_c.c import MIN_PARALLEL_WORK, static_work
+    small = build_kernel(matmul_func(), shapes={"M": 16, "N": 16, "K": 16}, cache=cache)
+    assert "#pragma omp parallel for schedule(static) if(0)" in small.source
+    a, b = rng.random((16, 16), dtype=np.float32), rng.random((16, 16), dtype=np.float32)
+    np.testing.assert_allclose(small(a, b), a @ b, rtol=1e-5)
+    big = build_kernel(matmul_func(), shapes={"M": 128, "N": 128, "K": 32}, cache=cache)
+    assert "#pragma omp parallel for" in big.source and "if(0)" not in big.source
+    m, n, k = matmul_func().shape_vars
+    assert static_work(matmul_func().body, {m: 128, n: 128, k: 32}) == 128 * 128 * 33 \
+        >= MIN_PARALLEL_WORK
+    assert static_work(matmul_func().body) is None       # symbolic sizes: decided at the call
+
+
+@needs_gcc
 @pytest.mark.parametrize("stride", [1, 2])
 def test_a_one_iteration_parallel_loop_runs_in_the_caller_and_stays_right(stride):
     """A parallel loop of one iteration forks no team (``if(0)``) but stays a parallel

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 
 from ..errors import BuildError
 from ..lowering import te
-from ..lowering.loop_ir import Buffer, ForKind, LoweredFunc, split_dtype
+from ..lowering.loop_ir import (Allocate, Buffer, For, ForKind, If, LetStmt, LoweredFunc, Seq,
+                                Store, split_dtype)
 from .helpers import element_size
 from .names import identifier_chars
 from .printer import CFamilyPrinter, indent
@@ -70,6 +71,44 @@ class GnuVectors:
         return -(-max(1, count.value) // per_line) * per_line
 
 
+# stores (a vector store counts its lanes) below which a parallel loop runs in the calling
+# thread: 2^18 is about 16384 AVX-512 or 32768 AVX2 vector FMAs, 5-10 us on one core. A
+# fork and a join cost a microsecond or two on an idle machine, and much more where the
+# other core is busy: the team waits until the scheduler runs its second thread (an LSTM's
+# 49 x 10 x 256 input projection took 7.7 ms with two threads beside one busy process,
+# 3.6 us with one)
+MIN_PARALLEL_WORK = 1 << 18
+
+
+def static_work(s, fixed: dict | None = None) -> int | None:
+    """The stores ``s`` executes, each counted by its lanes, where every loop extent in
+    it is a constant or a size ``fixed`` at build time; None where one is not (a size
+    known only at the call)."""
+    fixed = fixed or {}
+    match s:
+        case For(extent=extent, body=body):
+            n = extent.value if isinstance(extent, te.Const) else fixed.get(extent)
+            inner = static_work(body, fixed) if n is not None else None
+            return None if inner is None else n * inner
+        case Seq(stmts=stmts):
+            total = 0
+            for child in stmts:
+                w = static_work(child, fixed)
+                if w is None:
+                    return None
+                total += w
+            return total
+        case If(then=then, orelse=orelse):
+            a = static_work(then, fixed)
+            b = static_work(orelse, fixed) if orelse is not None else 0
+            return None if a is None or b is None else max(a, b)
+        case LetStmt(body=body) | Allocate(body=body):
+            return static_work(body, fixed)
+        case Store(value=value):
+            return split_dtype(value.dtype)[1]
+    return None                  # a micro-kernel call (Evaluate) and the like: unknown work
+
+
 class HostC(GnuVectors, CFamilyPrinter):
     language = "host C"
 
@@ -87,16 +126,26 @@ class HostC(GnuVectors, CFamilyPrinter):
 
     lane_loop_pragmas = ["#pragma omp simd"]
 
+    def visit_For(self, s) -> list[str]:
+        if s.kind is ForKind.PARALLEL:
+            self._parallel_work = static_work(s, self.fixed)
+        return super().visit_For(s)
+
     def loop_pragmas(self, kind: ForKind, extent: te.Expr) -> list[str]:
         if kind is ForKind.PARALLEL:
             if ForKind.VECTORIZED in self.loop_kinds:
                 return []     # OpenMP forbids threads inside a simd loop; serial is the same
-            # a team for one iteration (a vector tail, a single image) costs a fork and a
-            # join, about a microsecond each, for nothing: such a loop runs in the calling
-            # thread. It stays an outlined parallel region all the same (if(0), not a plain
-            # loop): gcc 12.2 -O3 miscompiled conv2d_nchwc's padded copy at CB = 1 inlined
-            # into the kernel before a parallel region (a masked load with the wrong mask)
-            if isinstance(extent, te.Const):
+            # a team for one iteration (a vector tail, a single image), or for less work
+            # than a fork and a join cost (about a microsecond each), gains nothing: such a
+            # loop runs in the calling thread (an LSTM step's 64 x 256 product took longer
+            # with two threads). It stays an outlined parallel region all the same (if(0),
+            # not a plain loop): gcc 12.2 -O3 miscompiled conv2d_nchwc's padded copy at
+            # CB = 1 inlined into the kernel before a parallel region (a masked load with
+            # the wrong mask)
+            work = getattr(self, "_parallel_work", None)
+            if work is not None and work < MIN_PARALLEL_WORK:
+                clause = " if(0)"
+            elif isinstance(extent, te.Const):
                 clause = " if(0)" if extent.value <= 1 else ""
             else:
                 clause = f" if({self.expr(extent)} > 1)"
