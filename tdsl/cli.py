@@ -612,7 +612,8 @@ def build_parser() -> argparse.ArgumentParser:
     gr.add_argument("--layout", choices=("on", "off"), help="activations between convolutions "
                     "blocked, NCHW[lanes]c (default: Graph.build's)")
     gr.add_argument("--winograd", choices=("on", "off"), help="3x3 stride-1 convolutions on "
-                    "blocked activations as Winograd's F(2x2, 3x3) (default: on)")
+                    "blocked activations as Winograd's F(4x4, 3x3) or F(2x2, 3x3), by size "
+                    "(default: on)")
     gr.add_argument("--target", default="c", help="the target whose schedules the fused "
                     "kernels take (default: c, this machine)")
     gr.add_argument("--profile", action="store_true", help="build it, call it on random "

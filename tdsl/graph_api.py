@@ -129,8 +129,9 @@ class Graph:
         ``layout``: keep activations between convolutions in the blocked layout NCHW[lanes]c
         (`tdsl.lowering.graph.layout`); None takes `BLOCKED_LAYOUT_DEFAULT` (docs/graphs.md
         says why). ``winograd``: with the blocked layout, 3x3 convolutions of stride 1 and
-        padding 1 run as Winograd's F(2x2, 3x3) (`conv2d_winograd_nchwc`); False keeps the
-        direct sum."""
+        padding 1 run as Winograd's F(4x4, 3x3) or F(2x2, 3x3) by size
+        (`conv2d_winograd4_nchwc`, `conv2d_winograd_nchwc`; `layout.winograd_tiles`); False
+        keeps the direct sum."""
         target = as_target(target)
         if target.kind == "c-embedded":
             return EmulatedGraph(self.emit_embedded(target, params, shapes, fuse, fold),

@@ -9,7 +9,7 @@ anchor op. ``print(profile)`` is the table; ``tdsl graph FILE --profile`` prints
 What the figures count:
 - flops: the kernel's anchor op, as `tdsl.tuner.task.flop_count` counts its algorithm (a
   convolution 2·N·F·OH·OW·C·KH·KW, a dense layer 2·M·N·K + M·N with its bias). A Winograd
-  convolution counts the direct sum it replaces: it does about 2.25x fewer multiplies, so
+  convolution counts the direct sum it replaces: it does about 2.25x (F(4x4): 4x) fewer multiplies, so
   its GFLOP/s is the rate a direct convolution would need to match it (and may pass the
   peak). The epilogue fused after the anchor (a bias, a relu: a few operations per output)
   is not counted.
@@ -134,7 +134,7 @@ class GraphProfile:
                          f"{' ' + attrs if attrs else ''} [{r.schedule}]")
         if any(r.direct_equivalent for r in self.rows):
             lines.append("  * Winograd: its flops counted as the direct sum it replaces (it "
-                         "does 2.25x fewer multiplies), so %peak may pass 100")
+                         "does 2.25x fewer multiplies, F(4x4) 4x), so %peak may pass 100")
         lines.append("  per anchor op:")
         for op, t, share, n in self.by_op():
             lines.append(f"    {op:<28}{t * 1e6:9.1f} us {100 * share:5.1f}%  "

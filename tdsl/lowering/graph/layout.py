@@ -6,10 +6,11 @@ an epilogue fused into it (bias, relu, a residual add) run on them. This pass re
 program order:
 
 - a standard ``conv2d`` whose output channels are a multiple of ``lanes`` to
-  ``conv2d_winograd_nchwc`` where it is 3x3 with padding 1 and stride 1, its input is
-  blocked by ``lanes``, and it is large enough to pay (below) (Winograd's F(2x2, 3x3): 2.25x
-  fewer multiplications; the weights through ``winograd_weights``, folded at build time),
-  else to
+  ``conv2d_winograd4_nchwc`` or ``conv2d_winograd_nchwc`` where it is 3x3 with padding 1
+  and stride 1, its input is blocked by ``lanes``, and it is large enough to pay (below,
+  `winograd_tiles`) (Winograd's F(4x4, 3x3) and F(2x2, 3x3): 4x and 2.25x fewer
+  multiplications; the weights through ``winograd4_weights`` / ``winograd_weights``,
+  folded at build time), else to
   ``conv2d_nchwc`` (``conv2d_nchwc_valid`` without padding: no padded copy of the input),
   its output blocked by ``lanes``, its input by ``lanes`` or, where ``lanes`` does not divide
   its channels (an RGB image), by 1; the weights through ``pack_conv_weights``, a
@@ -52,8 +53,31 @@ from .patterns import Pattern, classify, reads_elementwise
 # On a Zen 5 host running x86-64-v3 (AVX2) code, 2026-12-03, inside ResNet-50: its two
 # 512 x 7 x 7 layers by Winograd (the size and weight limits lifted) took 1.43-1.6 ms each
 # against 1.2-1.25 for the direct sum, so the limits hold on AVX2 as well.
+# F(4x4, 3x3) (conv2d_winograd4_nchwc: 36 products per 16 outputs, 4x fewer multiplications
+# than the direct sum, 1.78x fewer than F(2x2)) against F(2x2) and the direct sum, each
+# op's default schedule, C -> C channels x size, one image, one thread on AVX-512, the best
+# of 5-7 rounds of calls each made after 64 MiB of other data were written (the weights out
+# of cache, as in a model), 2026-12-06 (ms):
+#       layer          direct   F(2x2)   F(4x4)
+#       64 x 56 x 56    2.10     1.65     1.10
+#       128 x 28 x 28   2.13     1.43     0.92
+#       256 x 14 x 14   2.32     1.73-1.9  1.6 on a quiet host, 2.9-6.5 with other
+#                                         processes on the memory bus (36 * C * F floats,
+#                                         9.4 MiB, streamed from memory once per call)
+#       512 x 7 x 7     2.15     5.7      4.9  (37.7 MiB of transformed weights: 8 GB/s)
+#       128 x 14 x 14   0.54-0.59 0.45    0.52
+#       64 x 12 x 12    0.12     0.094    0.099
+#       64 x 10 x 10    0.10     0.088    0.11
+#       64 x 8 x 8      0.061    0.060    0.061
+#       32 x 16 x 16    0.077    0.074    0.072
+# F(4x4) wins by 1.5x from 28 x 28, where the products dominate; below, its transforms (6x6
+# tiles, up to 44% of them past the image at 10 x 10) cost what the products save. So
+# F(4x4) from 28 rows and columns and within F(2x2)'s weight limit (36 * C * F floats:
+# 128 -> 128 channels is 2.25 MiB), F(2x2) from 8 within its limit, the direct sum below
+# and above (512 x 7 x 7).
 WINOGRAD_MIN_SIZE = 8                   # output rows and columns
-WINOGRAD_MAX_WEIGHT_BYTES = 4 << 20     # the transformed weights, 16 * C * F floats
+WINOGRAD4_MIN_SIZE = 28
+WINOGRAD_MAX_WEIGHT_BYTES = 4 << 20     # the transformed weights, 16 (36) * C * F floats
 
 # per-channel ops (an NCHW input and [C] vectors) and their blocked forms
 PER_CHANNEL = {"bias_add": "bias_add_nchwc", "batch_norm": "batch_norm_nchwc",
@@ -63,6 +87,17 @@ PER_CHANNEL = {"bias_add": "bias_add_nchwc", "batch_norm": "batch_norm_nchwc",
 def run(graph: Graph, std: Callable[[str], object], graph_sizes: dict[str, int],
         lanes: int, winograd: bool = True) -> tuple[Graph, dict[str, str], tuple[str, ...]]:
     return _Rewriter(graph, std, graph_sizes, lanes, winograd).run()
+
+
+def winograd_tiles(size: tuple[int, int], channels: int, filters: int) -> int | None:
+    """The output tile of the Winograd algorithm for a 3x3, stride-1, padding-1
+    convolution of this output ``size`` (rows, columns) and channels: 4 for F(4x4, 3x3), 2
+    for F(2x2, 3x3), None for the direct sum (the table above)."""
+    for tile, min_size, products in ((4, WINOGRAD4_MIN_SIZE, 36), (2, WINOGRAD_MIN_SIZE, 16)):
+        if min(size) >= min_size and products * channels * filters * 4 <= \
+                WINOGRAD_MAX_WEIGHT_BYTES:
+            return tile
+    return None
 
 
 def layout_name(shape: tuple[int, ...]) -> str | None:
@@ -144,13 +179,16 @@ class _Rewriter:
             cin = self._channel_block(c) or 1
             xb = self._to_blocked(x, cin)
         attrs = dict(node.attrs)
-        if self.winograd and cin == fb == self.lanes and tuple(ws[2:]) == (3, 3) and \
-                attrs.get("padding", 0) == 1 and attrs.get("stride", 1) == 1 and \
-                attrs.get("dilation", 1) == 1 and min(xs[2:]) >= WINOGRAD_MIN_SIZE and \
-                16 * c * ws[0] * 4 <= WINOGRAD_MAX_WEIGHT_BYTES:
-            u = self._weight_node("winograd_weights", w,
+        tiles = winograd_tiles(xs[2:], c, ws[0]) if self.winograd and \
+            cin == fb == self.lanes and tuple(ws[2:]) == (3, 3) and \
+            attrs.get("padding", 0) == 1 and attrs.get("stride", 1) == 1 and \
+            attrs.get("dilation", 1) == 1 else None
+        if tiles is not None:
+            four = tiles == 4
+            u = self._weight_node("winograd4_weights" if four else "winograd_weights", w,
                                   {"in_block": cin, "out_block": self.lanes}, "_winograd")
-            self._emit("conv2d_winograd_nchwc", (xb, u), node, {}, blocked=True)
+            self._emit("conv2d_winograd4_nchwc" if four else "conv2d_winograd_nchwc",
+                       (xb, u), node, {}, blocked=True)
             return True
         wp = self._weight_node("pack_conv_weights", w,
                                {"in_block": cin, "out_block": fb}, "_packed")
