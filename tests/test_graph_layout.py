@@ -167,6 +167,31 @@ graph g(x: f32[1, 16, 8, 8]) -> (y: f32[1, 16, 8, 8], z: f32[1, 16, 10, 10]) {
     assert c.ir.nodes[-1].outputs == ("y",) and c.layouts["y"] == "NCHW"
 
 
+@needs_gcc
+def test_the_way_back_to_nchw_is_a_kernel_of_its_own():
+    """from_nchwc before an op with no blocked form is not fused with it: fused, the op
+    would read the blocked value a channel at a time, its loop unvectorized."""
+    g = tdsl.loads("""import std
+op scaled(X: f32[N, C, H, W], S: f32[C]) -> Y: f32[N, C, H, W] {
+    Y[n, c, h, w] = X[n, c, h, w] * S[c] + 1.0
+}
+graph g(x: f32[1, 16, 8, 8]) -> y: f32[1, 16, 8, 8] {
+    param w: f32[16, 16, 3, 3]
+    param s: f32[16]
+    c = conv2d(x, w; padding=1)
+    y = scaled(c, s)
+}""")["g"]
+    params = g.random_params()
+    m = g.build("c -lanes=8", params=params, layout=True, winograd=False)
+    x = np.random.default_rng(0).standard_normal((1, 16, 8, 8)).astype(np.float32)
+    got = m(x)
+    c = m.compiled(x)
+    groups = [[c.ir.nodes[i].op for i in grp.nodes] for grp in c.groups]
+    assert ["from_nchwc"] in groups and ["scaled"] in groups, groups
+    want = g.build("c", params=params, layout=False)(x)
+    np.testing.assert_allclose(got, want, **TOL)
+
+
 def test_a_blocked_graph_output_read_by_an_nchw_op_is_still_computed():
     g = tdsl.loads("""import std
 graph g(x: f32[1, 8, 6, 6]) -> (c: f32[1, 8, 6, 6], z: f32[1, 8, 8, 8]) {
