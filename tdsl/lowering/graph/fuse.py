@@ -22,8 +22,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .ir import Graph, Node
-from .patterns import (Pattern, classify, output_is_fusable, output_is_reduction,
-                       reads_elementwise, reads_per_channel,
+from .patterns import (Pattern, classify, moves_values_only, output_is_fusable,
+                       output_is_reduction, reads_elementwise, reads_per_channel,
                        vectors_along_output)
 
 
@@ -78,11 +78,12 @@ def run(graph: Graph, fuse: bool = True) -> tuple[Group, ...]:
 def _can_join(group: Group, graph: Graph, node: Node, k: int, pat: Pattern, patterns) -> bool:
     if len(node.outputs) != 1 or pat == Pattern.OPAQUE or pat == Pattern.COMPLEX:
         return False
-    if graph.nodes[group.output_node].op == "from_nchwc":
-        # the layout pass's way back to NCHW, for an op with no blocked form: fused, that
-        # op would read the blocked value a channel at a time (a stride of a block) and
-        # its loop would not vectorize. A quantized block's requantize, dequantize, add and
-        # quantize ran 3.5 ms so for 200 k values; alone, the transform is a copy
+    if graph.nodes[group.output_node].op == "from_nchwc" and not moves_values_only(node.fn):
+        # the layout pass's way back to NCHW, for an op with no blocked form: fused, an op
+        # that computes would read the blocked value a channel at a time (a stride of a
+        # block) in a loop that does not vectorize. A quantized block's requantize,
+        # dequantize, add and quantize ran 3.5 ms so for 200 k values; alone, the
+        # transform is a copy. A copy (a concatenation of blocked values) still fuses.
         return False
     if group.pattern == Pattern.INJECTIVE:
         return pat in (Pattern.INJECTIVE, Pattern.REDUCTION)

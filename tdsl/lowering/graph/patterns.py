@@ -130,3 +130,18 @@ def vectors_along_output(fn: te.Function) -> bool:
     return bool(using) and all(
         ld.indices[-1] == inner and not any(inner in te.free_vars(i) for i in ld.indices[:-1])
         for ld in using)
+
+
+def moves_values_only(fn: te.Function) -> bool:
+    """Whether ``fn`` only moves values (loads, selects on index conditions, casts):
+    concatenations, pads, transposes. Arithmetic on the values, as a requantize does,
+    makes it false; index arithmetic in subscripts and conditions does not count."""
+    def arithmetic(e) -> bool:
+        if isinstance(e, te.Load) or not isinstance(e, te.Expr):
+            return False
+        if e.dtype not in (te.INDEX, "bool") and (
+                isinstance(e, (te.Binary, te.Intrinsic)) or
+                (isinstance(e, te.Unary) and e.op == "-")):
+            return True
+        return any(arithmetic(c) for c in te.children(e))
+    return not any(arithmetic(t.op.body) for t in fn.stages())
