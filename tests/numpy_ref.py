@@ -332,34 +332,43 @@ _G = np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]], np.floa
 _AT = np.array([[1, 1, 1, 0], [0, 1, -1, -1]], np.float64)
 
 
-def winograd_weights(w, in_block, out_block):
-    """[F, C, 3, 3] -> G w Gt per channel pair, [4, 4, C/in_block, in_block, F/out_block,
-    out_block]."""
+def _winograd_weights(w, g, in_block, out_block):
+    """[F, C, 3, 3] -> G w Gt per channel pair, [a, a, C/in_block, in_block, F/out_block,
+    out_block] for G of a rows."""
     (w,) = _f64(w)
     f, c = w.shape[:2]
-    cb, fb = c // in_block, f // out_block
-    u = np.einsum("er,fcrs,us->eucf", _G, w[:fb * out_block, :cb * in_block], _G)
-    return _out(u.reshape(4, 4, cb, in_block, fb, out_block))
+    cb, fb, a = c // in_block, f // out_block, g.shape[0]
+    u = np.einsum("er,fcrs,us->eucf", g, w[:fb * out_block, :cb * in_block], g)
+    return _out(u.reshape(a, a, cb, in_block, fb, out_block))
 
 
-def conv2d_winograd_nchwc(x, u):
-    """3x3, padding 1, stride 1: each 2x2 output tile is At [U (.) (Bt d B)] A summed over
-    the input channels, d the tile's 4x4 input window."""
+def _winograd_conv(x, u, bt, at):
+    """3x3, padding 1, stride 1: each m x m output tile is At [U (.) (Bt d B)] A summed over
+    the input channels, d the tile's a x a input window (At is m x a)."""
+    m, a = at.shape
     n, cb, h, w_, ci = np.shape(x)
     (xx, uu) = _f64(from_nchwc(x), u)
     _, _, _, _, fb, fi = uu.shape
-    uu = uu.reshape(4, 4, cb * ci, fb * fi)
-    th, tw = (h + 1) // 2, (w_ + 1) // 2
-    xp = np.zeros((n, cb * ci, 2 * th + 2, 2 * tw + 2))
+    uu = uu.reshape(a, a, cb * ci, fb * fi)
+    th, tw = (h + m - 1) // m, (w_ + m - 1) // m
+    xp = np.zeros((n, cb * ci, m * th + 2, m * tw + 2))
     xp[:, :, 1:h + 1, 1:w_ + 1] = xx
-    # d[n, c, ty, tx, a, b] = xp[n, c, 2 ty + a, 2 tx + b]
-    d = np.stack([np.stack([xp[:, :, a:a + 2 * th:2, b:b + 2 * tw:2] for b in range(4)], -1)
-                  for a in range(4)], -2)
-    v = np.einsum("ea,nctyab,ub->nctyeu", _BT, d, _BT)
-    m = np.einsum("nctyeu,eucf->nftyeu", v, uu)
-    y = np.einsum("ie,nftyeu,ju->nftiyj", _AT, m, _AT)
-    y = y.reshape(n, fb * fi, 2 * th, 2 * tw)[:, :, :h, :w_]
+    # d[n, c, ty, tx, i, j] = xp[n, c, m ty + i, m tx + j]
+    d = np.stack([np.stack([xp[:, :, i:i + m * th:m, j:j + m * tw:m] for j in range(a)], -1)
+                  for i in range(a)], -2)
+    v = np.einsum("ea,nctyab,ub->nctyeu", bt, d, bt)
+    mm = np.einsum("nctyeu,eucf->nftyeu", v, uu)
+    y = np.einsum("ie,nftyeu,ju->nftiyj", at, mm, at)
+    y = y.reshape(n, fb * fi, m * th, m * tw)[:, :, :h, :w_]
     return to_nchwc(_out(y), fi)
+
+
+def winograd_weights(w, in_block, out_block):
+    return _winograd_weights(w, _G, in_block, out_block)
+
+
+def conv2d_winograd_nchwc(x, u):
+    return _winograd_conv(x, u, _BT, _AT)
 
 
 # F(4x4, 3x3), the points 0, 1, -1, 2, -2 and infinity
@@ -373,33 +382,11 @@ _AT4 = np.array([[1, 1, 1, 1, 1, 0], [0, 1, -1, 2, -2, 0], [0, 1, 1, 4, 4, 0],
 
 
 def winograd4_weights(w, in_block, out_block):
-    """[F, C, 3, 3] -> G w Gt per channel pair, [6, 6, C/in_block, in_block, F/out_block,
-    out_block]."""
-    (w,) = _f64(w)
-    f, c = w.shape[:2]
-    cb, fb = c // in_block, f // out_block
-    u = np.einsum("er,fcrs,us->eucf", _G4, w[:fb * out_block, :cb * in_block], _G4)
-    return _out(u.reshape(6, 6, cb, in_block, fb, out_block))
+    return _winograd_weights(w, _G4, in_block, out_block)
 
 
 def conv2d_winograd4_nchwc(x, u):
-    """3x3, padding 1, stride 1: each 4x4 output tile is At [U (.) (Bt d B)] A summed over
-    the input channels, d the tile's 6x6 input window."""
-    n, cb, h, w_, ci = np.shape(x)
-    (xx, uu) = _f64(from_nchwc(x), u)
-    _, _, _, _, fb, fi = uu.shape
-    uu = uu.reshape(6, 6, cb * ci, fb * fi)
-    th, tw = (h + 3) // 4, (w_ + 3) // 4
-    xp = np.zeros((n, cb * ci, 4 * th + 2, 4 * tw + 2))
-    xp[:, :, 1:h + 1, 1:w_ + 1] = xx
-    # d[n, c, ty, tx, a, b] = xp[n, c, 4 ty + a, 4 tx + b]
-    d = np.stack([np.stack([xp[:, :, a:a + 4 * th:4, b:b + 4 * tw:4] for b in range(6)], -1)
-                  for a in range(6)], -2)
-    v = np.einsum("ea,nctyab,ub->nctyeu", _BT4, d, _BT4)
-    m = np.einsum("nctyeu,eucf->nftyeu", v, uu)
-    y = np.einsum("ie,nftyeu,ju->nftiyj", _AT4, m, _AT4)
-    y = y.reshape(n, fb * fi, 4 * th, 4 * tw)[:, :, :h, :w_]
-    return to_nchwc(_out(y), fi)
+    return _winograd_conv(x, u, _BT4, _AT4)
 
 
 # ------------------------------------------------------------------------------------- shape

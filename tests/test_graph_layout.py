@@ -313,7 +313,7 @@ graph g(x: f32[1, 8, 9, 9]) -> y: f32[1, 16, 5, 5] {
 
 
 WINOGRAD_NET = """import std
-graph g(x: f32[1, C, 14, 15]) -> y: f32[1, C, 14, 15] {
+graph g(x: f32[1, C, H, W]) -> y: f32[1, C, H, W] {
     param w1: f32[C, C, 3, 3]
     param b1: f32[C]
     param w2: f32[C, C, 3, 3]
@@ -326,11 +326,17 @@ graph g(x: f32[1, C, 14, 15]) -> y: f32[1, C, 14, 15] {
 }"""
 
 
+def winograd_net(c: int, h: int, w: int):
+    """Two 3x3 convolutions with a bias, relus and a residual add: what Winograd takes."""
+    text = WINOGRAD_NET.replace("C", str(c)).replace("H", str(h)).replace("W", str(w))
+    return tdsl.loads(text)["g"]
+
+
 @needs_gcc
 @pytest.mark.parametrize("block", BLOCKS)
 def test_3x3_convolutions_large_enough_run_by_winograd_with_their_epilogues(block):
     target = run_target(block)
-    g = tdsl.loads(WINOGRAD_NET.replace("C", "64"))["g"]
+    g = winograd_net(64, 14, 15)
     p = g.random_params()
     x = rand((1, 64, 14, 15))          # 7 x 8 tiles (an odd width: a last half tile)
     want = g.reference(x, params=p)
@@ -350,7 +356,7 @@ def test_winograd_is_left_to_convolutions_it_speeds_up(block):
     # 7 columns, or 512 channels (16 MiB of transformed weights): the direct sum, measured
     # faster there
     for c, w in ((64, 7), (512, 14)):
-        g = tdsl.loads(WINOGRAD_NET.replace("C", str(c)).replace("15", str(w)))["g"]
+        g = winograd_net(c, 14, w)
         ops = [n.op for n in CompiledGraph(g, g.random_params(), {}, True, True,
                                            isa_target(block), blocked=True).ir.nodes]
         assert "conv2d_nchwc" in ops and "conv2d_winograd_nchwc" not in ops, (c, w)

@@ -427,34 +427,24 @@ def test_blocked_convolutions(n, cb, ci, fb, fi, h, w, kh, kw, attrs, seed):
     both("conv2d_nchwc_valid", x, rand(rng, (fb, cb, kh, kw, ci, fi)), **attrs)
 
 
+@pytest.mark.parametrize("weights, conv, relative", [
+    ("winograd_weights", "conv2d_winograd_nchwc", False),
+    ("winograd4_weights", "conv2d_winograd4_nchwc", True)])
 @HYP
 @given(n=st.integers(1, 2), cb=st.integers(1, 3), ci=st.integers(1, 4), fb=st.integers(1, 3),
        fi=st.integers(1, 4), h=dims, w=dims, seed=seeds)
-def test_winograd_convolution(n, cb, ci, fb, fi, h, w, seed):
-    # odd sizes too: the last tile's second row or column is computed and not stored
-    rng = np.random.default_rng(seed)
-    x, wt = rand(rng, (n, cb, h, w, ci)), rand(rng, (fb * fi, cb * ci, 3, 3))
-    u = both("winograd_weights", wt, in_block=ci, out_block=fi)
-    y = both("conv2d_winograd_nchwc", x, u)
-    # the same numbers as the direct sum, up to the transforms' rounding
-    direct = call("conv2d_nchwc", x, call("pack_conv_weights", wt, in_block=ci, out_block=fi),
-                  padding=1)
-    check(y, direct, 1e-4, 1e-4)
-
-
-@HYP
-@given(n=st.integers(1, 2), cb=st.integers(1, 3), ci=st.integers(1, 4), fb=st.integers(1, 3),
-       fi=st.integers(1, 4), h=dims, w=dims, seed=seeds)
-def test_winograd4_convolution(n, cb, ci, fb, fi, h, w, seed):
-    # F(4x4, 3x3): a last tile 1 to 3 past the size; its rounding is about 10x F(2x2)'s, so
-    # it is bounded against the largest output (tests/test_winograd4.py says why)
+def test_winograd_convolution(weights, conv, relative, n, cb, ci, fb, fi, h, w, seed):
+    # odd sizes too: the last tile's last rows or columns are computed and not stored.
+    # The same numbers as the direct sum up to the transforms' rounding: F(4x4)'s is about
+    # 10x F(2x2)'s, so it is bounded against the largest output (tests/test_winograd4.py
+    # says why)
     rng = np.random.default_rng(seed)
     x, wt = rand(rng, (n, cb, h, w, ci)), rand(rng, (fb * fi, cb * ci, 3, 3))
     direct = call("conv2d_nchwc", x, call("pack_conv_weights", wt, in_block=ci, out_block=fi),
                   padding=1)
-    atol = 1e-4 * max(1.0, float(np.abs(direct).max()))
-    u = both("winograd4_weights", wt, in_block=ci, out_block=fi)
-    y = both("conv2d_winograd4_nchwc", x, u, atol=atol)
+    u = both(weights, wt, in_block=ci, out_block=fi)
+    atol = 1e-4 * max(1.0, float(np.abs(direct).max())) if relative else 1e-4
+    y = both(conv, x, u, atol=atol if relative else ATOL)
     check(y, direct, 1e-4, atol)
 
 

@@ -24,6 +24,7 @@ from tdsl.tuner.task import Task
 
 import numpy_ref as ref
 from block_targets import BLOCKS, isa_target, run_target
+from test_graph_layout import winograd_net
 
 needs_gcc = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
 LANES = tdsl.Target().lanes
@@ -115,22 +116,8 @@ def test_the_default_tile_follows_the_registers_and_the_rows():
     assert default(v3, 256, 14) == {"tx": 8, "nb": 1, "whole": 1}
 
 
-NET = """import std
-graph g(x: f32[1, C, S, S]) -> y: f32[1, C, S, S] {
-    param w1: f32[C, C, 3, 3]
-    param b1: f32[C]
-    param w2: f32[C, C, 3, 3]
-    c1 = conv2d(x, w1; padding=1)
-    a1 = bias_add(c1, b1)
-    r1 = relu(a1)
-    c2 = conv2d(r1, w2; padding=1)
-    s = add(c2, x)
-    y = relu(s)
-}"""
-
-
 def _net(c: int, s: int):
-    return tdsl.loads(NET.replace("C", str(c)).replace("S", str(s)))["g"]
+    return winograd_net(c, s, s)
 
 
 def test_the_rule_takes_f4_from_28_within_the_weight_limit():

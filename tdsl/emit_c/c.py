@@ -125,6 +125,7 @@ class HostC(GnuVectors, CFamilyPrinter):
         return f"tdsl_{identifier_chars(self.func.name)}_{digest}"
 
     lane_loop_pragmas = ["#pragma omp simd"]
+    _parallel_work: int | None = None       # the stores of the parallel loop being printed
 
     def visit_For(self, s) -> list[str]:
         if s.kind is ForKind.PARALLEL:
@@ -142,7 +143,7 @@ class HostC(GnuVectors, CFamilyPrinter):
             # not a plain loop): gcc 12.2 -O3 miscompiled conv2d_nchwc's padded copy at
             # CB = 1 inlined into the kernel before a parallel region (a masked load with
             # the wrong mask)
-            work = getattr(self, "_parallel_work", None)
+            work = self._parallel_work
             if work is not None and work < MIN_PARALLEL_WORK:
                 clause = " if(0)"
             elif isinstance(extent, te.Const):

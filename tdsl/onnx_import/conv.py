@@ -105,6 +105,15 @@ def _float_input(cv, name, what):
     return x
 
 
+def _bias(cv, name, f, dtype):
+    """The bias tensor ``name`` of a layer of ``f`` output channels, checked: [f] of
+    ``dtype``."""
+    b = cv.tensor(name)
+    if b.shape != (f,) or b.dtype != dtype:
+        raise cv.error(f"a bias of {b.type}, expected {T.ty([f], dtype)}")
+    return b
+
+
 # ---------------------------------------------------------------------------- convolution
 
 def _conv_text(xs, ws, ys, strides, pads_lo, dil, group, bias, dtype):
@@ -157,9 +166,7 @@ def _conv1d_as_2d(cv, node, x, w, shape, pads, stride, dil, group, bias):
     cv.call(y4, "conv2d" if group == 1 else "depthwise_conv2d",
             [cv.tensors[x4], cv.tensor(w4)], shape4, _attrs(stride=stride, dilation=dil))
     if bias:
-        b = cv.tensor(bias)
-        if b.shape != (f,) or b.dtype != "f32":
-            raise cv.error(f"a bias of {b.type}, expected {T.ty([f], 'f32')}")
+        b = _bias(cv, bias, f, "f32")
         yb = out + "#bias"
         cv.call(yb, "bias_add", [cv.tensors[y4], b], shape4)
         y4 = yb
@@ -219,9 +226,7 @@ def _conv3d_as_2d(cv, node, x, shape, pads, strides, dil, bias):
                             dilation=dil[1]))
     params, args, tail = [f"X: {T.ty(y_shape, 'f32')}"], [cv.tensors[out + "#y2d"]], ""
     if bias:
-        bt = cv.tensor(bias)
-        if bt.shape != (f,) or bt.dtype != "f32":
-            raise cv.error(f"a bias of {bt.type}, expected {T.ty([f], 'f32')}")
+        bt = _bias(cv, bias, f, "f32")
         params.append(f"B: {bt.type}")
         args.append(bt)
         tail = " + B[f]"
@@ -277,10 +282,7 @@ def conv(cv, node, a):
         return
     args = [x, w]
     if bias:
-        b = cv.tensor(bias)
-        if b.shape != (f,) or b.dtype != x.dtype:
-            raise cv.error(f"a bias of {b.type}, expected {T.ty([f], x.dtype)}")
-        args.append(b)
+        args.append(_bias(cv, bias, f, x.dtype))
     text = _conv_text(list(x.shape), list(w.shape), list(shape), strides, pads[:sp], dil,
                       group, bool(bias), x.dtype)
     cv.call(node.output[0], cv.op(f"conv{sp}d", text), args, shape, dtype=x.dtype)
@@ -389,25 +391,12 @@ def conv_transpose(cv, node, a):
     params = f"X: {T.ty(x.shape, dt)}, W: {T.ty(w.shape, dt)}"
     args, tail = [x, w], ""
     if _opt(node, 2):
-        b = cv.tensor(node.input[2])
-        if b.shape != (f,) or b.dtype != dt:
-            raise cv.error(f"a bias of {b.type}, expected {T.ty([f], dt)}")
-        args.append(b)
+        args.append(_bias(cv, node.input[2], f, dt))
         params += f", B: {T.ty([f], dt)}"
         tail = " + B[f]"
     text = (f"op {{name}}({params}) -> Y: {T.ty(shape, dt)} {{\n"
             f"    Y[n, f, {', '.join(oi)}] = sum[{red}](\n        {load}){tail}\n}}\n")
     cv.call(node.output[0], cv.op(f"convtranspose{sp}d", text), args, shape, dtype=dt)
-
-
-def _flat(subs, dims) -> str:
-    """The row-major offset of subscripts ``subs`` in ``dims``, without a division."""
-    terms = []
-    for k, e in enumerate(subs):
-        stride = math.prod(dims[k + 1:])
-        if dims[k] > 1:
-            terms.append(f"({e})" if stride == 1 else f"({e}) * {stride}")
-    return " + ".join(terms) or "0"
 
 
 def _conv_transpose_as_gemm(cv, node, x, shape, subs, conds, ks, ranges):
@@ -437,7 +426,8 @@ def _conv_transpose_as_gemm(cv, node, x, shape, subs, conds, ks, ranges):
     cols = out + "#cols"
     cv.call(cols, "matmul", [cv.tensor(wt), cv.tensors[xc]], (f * taps, n * pixels))
     oi = T.idx(len(ins), "o")
-    pixel, tap = _flat(subs, ins), _flat(ks, kernel)
+    pixel = T.flat_index(ins, [f"({e})" for e in subs])
+    tap = T.flat_index(kernel, [f"({e})" for e in ks])
     if len(ins) > 1 and conds:
         # implied by the per-axis conditions, but tdsl's bounds check of a flat offset
         # needs them whole
@@ -446,10 +436,7 @@ def _conv_transpose_as_gemm(cv, node, x, shape, subs, conds, ks, ranges):
                          f"{'n * ' + str(pixels) + ' + ' if n > 1 else ''}{pixel}]", "0.0")
     params, args, tail = f"C: {T.ty([f * taps, n * pixels])}", [cv.tensors[cols]], ""
     if _opt(node, 2):
-        b = cv.tensor(node.input[2])
-        if b.shape != (f,) or b.dtype != "f32":
-            raise cv.error(f"a bias of {b.type}, expected {T.ty([f])}")
-        args.append(b)
+        args.append(_bias(cv, node.input[2], f, "f32"))
         params += f", B: {T.ty([f])}"
         tail = " + B[f]"
     text = (f"op {{name}}({params}) -> Y: {T.ty(shape)} {{\n"
@@ -1132,9 +1119,7 @@ def deform_conv(cv, node, a):
     term = f"S[n, {chan}, {', '.join(ki)}, {', '.join(oi)}] * W[f, c, {', '.join(ki)}]"
     tail = ""
     if _opt(node, 3):
-        b = cv.tensor(node.input[3])
-        if b.shape != (f,) or b.dtype != dt:
-            raise cv.error(f"a bias of {b.type}, expected {T.ty([f], dt)}")
+        b = _bias(cv, node.input[3], f, dt)
         params.append(f"B: {b.type}")
         args.append(b)
         tail = " + B[f]"

@@ -85,22 +85,12 @@ def _rows(cv, out, x, xs):
     rows_of(cv)[x.name] = cv.tensors[out]
 
 
-def _flat_index(dims, names) -> str:
-    """The row-major offset of index ``names`` in ``dims`` (unit dimensions left out)."""
-    terms, stride = [], 1
-    for k in reversed(range(len(dims))):
-        if dims[k] != 1:
-            terms.append(names[k] if stride == 1 else f"{names[k]} * {stride}")
-        stride *= dims[k]
-    return " + ".join(reversed(terms)) or "0"
-
-
 def unrows(cv, out, y, shape):
     """``y`` [R, N] as ``shape`` [B..., M, N] (R = B * ... * M), subscripts written
     directly."""
     lead = shape[:-1]
     i = T.idx(len(lead))
-    row = _flat_index(lead, i)
+    row = T.flat_index(lead, i)
     text = (f"op {{name}}(X: {T.ty(list(y.shape), y.dtype)}) -> Y: {T.ty(shape, y.dtype)} "
             f"{{\n    {T.at('Y', i + ['n'])} = X[{row}, n]\n}}\n")
     cv.call(out, cv.op("unrows", text), [y], tuple(shape), dtype=y.dtype)
@@ -133,7 +123,7 @@ def unbatched(cv, out, y, shape):
     """``y`` [B * ..., M, N] as ``shape`` [B..., M, N]."""
     lead = list(shape[:-2])
     i = T.idx(len(lead))
-    b = _flat_index(lead, i)
+    b = T.flat_index(lead, i)
     text = (f"op {{name}}(X: {T.ty(list(y.shape), y.dtype)}) -> "
             f"Y: {T.ty(list(shape), y.dtype)} {{\n"
             f"    {T.at('Y', i + ['m', 'n'])} = X[{b}, m, n]\n}}\n")

@@ -63,6 +63,17 @@ def at(name: str, subs) -> str:
     return f"{name}[{', '.join(subs)}]" if len(subs) else name
 
 
+def flat_index(dims, names) -> str:
+    """The row-major offset of index ``names`` in ``dims`` (unit dimensions left out),
+    multiplications only: no division in any element's subscripts."""
+    terms, stride = [], 1
+    for k in reversed(range(len(dims))):
+        if dims[k] != 1:
+            terms.append(names[k] if stride == 1 else f"{names[k]} * {stride}")
+        stride *= dims[k]
+    return " + ".join(reversed(terms)) or "0"
+
+
 def idx(rank: int, prefix: str = "i") -> list[str]:
     return [f"{prefix}{k}" for k in range(rank)]
 
