@@ -424,5 +424,74 @@ def concat(x, y):
     return np.concatenate([np.asarray(x), np.asarray(y)], axis=1).astype(F32)
 
 
+
+# ---- onnxruntime's QLinearConv on u8 activations and i8 weights (MLAS's arithmetic)
+
+def qlinear_conv2d(x, w, b, s, stride=1, padding=0, dilation=1, x_zp=0, y_zp=0, lo=0,
+                   hi=255):
+    """The i32 sum over the input padded with ``x_zp``, plus ``b``, converted to f32, times
+    ``s``, rounded half to even, plus ``y_zp``, clamped to [lo, hi], as u8."""
+    x, w = np.asarray(x), np.asarray(w)
+    n, c, h, wd = x.shape
+    f, _, kh, kw = w.shape
+    xp = np.full((n, c, h + 2 * padding, wd + 2 * padding), x_zp, np.int64)
+    xp[:, :, padding:padding + h, padding:padding + wd] = x
+    oh = (h + 2 * padding - dilation * (kh - 1) - 1) // stride + 1
+    ow = (wd + 2 * padding - dilation * (kw - 1) - 1) // stride + 1
+    acc = np.zeros((n, f, oh, ow), np.int64)
+    for r in range(kh):
+        for q in range(kw):
+            patch = xp[:, :, r * dilation:r * dilation + stride * (oh - 1) + 1:stride,
+                       q * dilation:q * dilation + stride * (ow - 1) + 1:stride]
+            acc += np.einsum("nchw,fc->nfhw", patch, w[:, :, r, q].astype(np.int64))
+    acc = (acc + np.asarray(b, np.int64).reshape(1, -1, 1, 1)).astype(np.int32)
+    v = np.rint(acc.astype(F32) * np.asarray(s, F32).reshape(1, -1, 1, 1)) + F32(y_zp)
+    return np.clip(v, lo, hi).astype(np.uint8)
+
+
+def _unblock(x):
+    n, cb, h, w, ci = x.shape
+    return x.transpose(0, 1, 4, 2, 3).reshape(n, cb * ci, h, w)
+
+
+def _block(x, block):
+    n, c, h, w = x.shape
+    cb = c // block
+    return np.ascontiguousarray(x[:, :cb * block].reshape(n, cb, block, h, w)
+                                .transpose(0, 1, 3, 4, 2))
+
+
+def qlinear_conv2d_nchwc(x, w, b, s, **attrs):
+    """qlinear_conv2d on blocked activations; ``w`` as pack_qconv_weights makes it."""
+    x, w = np.asarray(x), np.asarray(w)
+    fb, cb, kh, kw, cq, fi, four = w.shape
+    plain_w = w.transpose(0, 5, 1, 4, 6, 2, 3).reshape(fb * fi, cb * cq * four, kh, kw)
+    plain_x = _unblock(x)[:, :cb * cq * four]
+    y = qlinear_conv2d(plain_x, plain_w, np.ravel(b), np.ravel(s), **attrs)
+    return _block(y, fi)
+
+
+def pack_qconv_weights(w, in_block, out_block):
+    w = np.asarray(w)
+    f, c, kh, kw = w.shape
+    fb, cb, cq = f // out_block, c // in_block, in_block // 4
+    fo, co, r, q, cqi, fii, k = np.ix_(range(fb), range(cb), range(kh), range(kw), range(cq),
+                                      range(out_block), range(4))
+    return w[fo * out_block + fii, co * in_block + cqi * 4 + k, r, q]
+
+
+def pack_channels_i32(b, block):
+    b = np.asarray(b)
+    cb = b.shape[0] // block
+    return b[:cb * block].reshape(cb, block)
+
+
+def to_nchwc_u8(x, block):
+    return _block(np.asarray(x), block)
+
+
+def from_nchwc_u8(x):
+    return np.ascontiguousarray(_unblock(np.asarray(x)))
+
 ALL = {name: fn for name, fn in list(globals().items())
        if callable(fn) and not name.startswith("_") and fn.__module__ == __name__}

@@ -66,7 +66,7 @@ def test_process_ops_std():
     r = run("ops", "std")
     assert r.returncode == 0
     lines = r.stdout.splitlines()
-    assert len(lines) == 59
+    assert len(lines) == 65
     assert "matmul(A: f32[M, K], B: f32[K, N]) -> C: f32[M, N]" in lines
 
 
@@ -76,7 +76,7 @@ def test_check_good_files(capsys):
     code, out, err = main(capsys, "check", MATMUL, ATTENTION, "std")
     assert code == 0 and err == ""
     assert out.splitlines() == [f"{MATMUL}: ok (3 ops)", f"{ATTENTION}: ok (2 ops)",
-                                "std: ok (59 ops)"]
+                                "std: ok (65 ops)"]
 
 
 def test_check_good_and_bad_files(capsys, tmp_path):
@@ -309,7 +309,7 @@ def test_wording_graph_files_attribute_hint_and_warnings(capsys, tmp_path):
     graphs.write_text("import std\ngraph g(x: f32[B, 4]) -> y: f32[B, 4] {\n"
                       "    y = relu(x)\n}\n")
     code, out, err = main(capsys, "check", graphs)
-    assert code == 0 and "ok (0 ops, 1 graph)" in out     # not the 59 ops it imports
+    assert code == 0 and "ok (0 ops, 1 graph)" in out     # not the 65 ops it imports
     attrs = tmp_path / "a.tdsl"
     attrs.write_text("op f(X: f32[N], bias: float = 0.5) -> Y: f32[N] { Y[i] = X[i] }\n")
     code, out, err = main(capsys, "check", attrs)

@@ -50,6 +50,10 @@ ATTRS = {
     "pack_depthwise_weights": [dict(block=2)], "pack_dense_weights": [dict(block=3)],
     "winograd_weights": [dict(in_block=2, out_block=1)],
     "winograd4_weights": [dict(in_block=2, out_block=1)],
+    "qlinear_conv2d": [dict(stride=1, padding=0), dict(stride=2, padding=1, x_zp=9)],
+    "qlinear_conv2d_nchwc": [dict(stride=1, padding=0), dict(stride=2, padding=1, x_zp=9)],
+    "to_nchwc_u8": [dict(block=1), dict(block=3)], "pack_channels_i32": [dict(block=2)],
+    "pack_qconv_weights": [dict(in_block=4, out_block=2)],
 }
 _KERNELS: dict = {}
 

@@ -749,6 +749,21 @@ QUANT_OPS = {
 }
 
 
+# onnxruntime's QLinearConv on u8 activations (quant.tdsl; values in test_stdlib_reference.py
+# and test_int8_dot.py): (params, attrs, input dtypes, output dtype)
+QLINEAR_OPS = {
+    "qlinear_conv2d": (["X", "W", "B", "S"], ["stride", "padding", "dilation", "x_zp", "y_zp",
+                                              "lo", "hi"], ["u8", "i8", "i32", "f32"], "u8"),
+    "qlinear_conv2d_nchwc": (["X", "W", "B", "S"], ["stride", "padding", "dilation", "x_zp",
+                                                    "y_zp", "lo", "hi"],
+                             ["u8", "i8", "i32", "f32"], "u8"),
+    "pack_qconv_weights": (["W"], ["in_block", "out_block"], ["i8"], "i8"),
+    "pack_channels_i32": (["B"], ["block"], ["i32"], "i32"),
+    "to_nchwc_u8": (["X"], ["block"], ["u8"], "u8"),
+    "from_nchwc_u8": (["X"], [], ["u8"], "u8"),
+}
+
+
 # the blocked-layout and packed-weight ops the graph layout pass rewrites to
 # (conv_blocked.tdsl, linalg.tdsl; their values are checked in test_stdlib_reference.py)
 BLOCKED_OPS = {
@@ -773,7 +788,9 @@ BLOCKED_OPS = {
 
 def test_stdlib_has_exactly_the_required_ops():
     assert len(STD_OPS) == 32 and len(QUANT_OPS) == 8 and len(BLOCKED_OPS) == 19
-    assert sorted(tdsl.stdlib) == sorted({**STD_OPS, **QUANT_OPS, **BLOCKED_OPS})
+    assert len(QLINEAR_OPS) == 6
+    assert sorted(tdsl.stdlib) == sorted({**STD_OPS, **QUANT_OPS, **BLOCKED_OPS,
+                                          **QLINEAR_OPS})
     assert tdsl.load("std") is tdsl.stdlib
 
 
@@ -790,6 +807,15 @@ def test_stdlib_op_parameters_and_attributes(name):
     else:
         assert all(t.dtype == "f32" for t in (*f.inputs, *f.outputs))
     assert op.signature().startswith(f"{name}(")
+
+
+@pytest.mark.parametrize("name", sorted(QLINEAR_OPS))
+def test_qlinear_op_parameters_attributes_and_dtypes(name):
+    op = tdsl.stdlib[name]
+    params, attrs, in_dtypes, out_dtype = QLINEAR_OPS[name]
+    assert op.param_names == params and op.attr_names == attrs
+    f = op.function(**{a.name: 4 for a in op.ast.attrs if a.default is None})
+    assert [t.dtype for t in f.inputs] == in_dtypes and f.outputs[0].dtype == out_dtype
 
 
 def test_stdlib_signatures():

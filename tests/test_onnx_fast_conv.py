@@ -3,8 +3,10 @@ reference, each asserting that the path was taken (or, past its limits, that the
 op was):
 
 - QLinearConv, and the QDQ pattern DequantizeLinear -> Conv [-> Relu] -> QuantizeLinear,
-  of constant weights as std conv2d / depthwise_conv2d on the centred integers in f32 and a
-  requantizing epilogue (`quantized._conv_f32_exact`): bit-exact with onnxruntime over
+  of constant weights as std qlinear_conv2d (u8 activations, symmetric i8 weights, no
+  groups, multiples of 4 channels, one padding: `quantized._conv_u8`), else as std conv2d /
+  depthwise_conv2d on the centred integers in f32 and a requantizing epilogue
+  (`quantized._conv_f32_exact`): bit-exact with onnxruntime over
   u8/i8 inputs and weights, per-tensor and per-channel scales and zero points, strides,
   dilations, asymmetric pads, depthwise groups, bias or none; past the f32-exact bound the
   integer op is kept;
@@ -106,19 +108,31 @@ def _qconv_case(p):
     return x, inits, attrs, bound <= 1 << 24
 
 
+def _route(p, inits) -> str:
+    """The path a case takes: "u8" (`quantized._conv_u8`), "f32" (`_conv_f32_exact`, within
+    its bound) or "integer" (the generic op)."""
+    if p["xdt"] is np.uint8 and p["wdt"] is np.int8 and not np.any(inits["wz"]) and \
+            not (p["depthwise"] and p["c"] > 1) and p["c"] % 4 == 0 and p["f"] % 4 == 0 and \
+            len(set(p["pads"])) == 1:
+        return "u8"
+    return "f32" if _qconv_case(p)[3] else "integer"
+
+
 @settings(max_examples=40, deadline=None)
 @given(_qconv())
 @example(dict(depthwise=False, c=16, f=16, k=[3, 3], s=1, d=1, pads=[1, 1, 1, 1], hw=[8, 8],
               xdt=np.uint8, wdt=np.int8, per_channel=True, n=1, bias=True, relu=True,
               seed=5)).via("the shape the blocked layout would run by Winograd")
 def test_qlinear_conv_of_constant_weights_runs_as_std_conv2d_bit_exact(p):
-    x, inits, attrs, exact = _qconv_case(p)
+    x, inits, attrs, _ = _qconv_case(p)
     ins = ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz"] + (["b"] if p["bias"] else [])
     node = helper.make_node("QLinearConv", ins, ["y"], **attrs)
     m, text, got = _run([node], x, inits, p["xdt"])
+    route = _route(p, inits)
     std = "= depthwise_conv2d(" if p["depthwise"] and p["c"] > 1 else "= conv2d("
-    assert (std in text and "requantize_" in text) == exact
-    assert ("qlinear_conv_" in text) == (not exact)
+    assert ("= qlinear_conv2d(" in text) == (route == "u8")
+    assert (std in text and "requantize_" in text) == (route == "f32")
+    assert ("qlinear_conv_" in text) == (route == "integer")
     want = _ort(m, x)
     assert got.dtype == want.dtype
     np.testing.assert_array_equal(got, want)
@@ -126,10 +140,16 @@ def test_qlinear_conv_of_constant_weights_runs_as_std_conv2d_bit_exact(p):
 
 @settings(max_examples=25, deadline=None)
 @given(_qconv())
+@example(dict(depthwise=False, c=8, f=12, k=[3, 3], s=2, d=1, pads=[1, 1, 1, 1], hw=[9, 7],
+              xdt=np.uint8, wdt=np.int8, per_channel=True, n=2, bias=True, relu=True,
+              seed=11)).via("the u8 route, strided, a batch of 2")
+@example(dict(depthwise=False, c=4, f=4, k=[1, 1], s=1, d=1, pads=[0, 0, 0, 0], hw=[5, 5],
+              xdt=np.uint8, wdt=np.int8, per_channel=False, n=1, bias=False, relu=False,
+              seed=12)).via("the u8 route, 1x1, no bias")
 def test_qdq_conv_relu_of_constant_weights_runs_as_std_conv2d_bit_exact(p):
     """DQ(x) and DQ(w) (and DQ(b)) into a float Conv, a Relu or not, then Q: what
     onnxruntime's quantize_static writes, and runs as QLinearConv."""
-    x, inits, attrs, exact = _qconv_case(p)
+    x, inits, attrs, _ = _qconv_case(p)
     dq, q = "DequantizeLinear", "QuantizeLinear"
     nodes = [helper.make_node(dq, ["x", "xs", "xz"], ["xf"]),
              helper.make_node(dq, ["w", "ws", "wz"], ["wf"], axis=0)]
@@ -144,7 +164,10 @@ def test_qdq_conv_relu_of_constant_weights_runs_as_std_conv2d_bit_exact(p):
         nodes.append(helper.make_node("Relu", ["c"], ["r"]))
     nodes.append(helper.make_node(q, ["r" if p["relu"] else "c", "ys", "yz"], ["y"]))
     m, text, got = _run(nodes, x, inits, p["xdt"])
-    assert ("requantize_" in text) == exact and ("qlinear_conv_" in text) == (not exact)
+    route = _route(p, inits)
+    assert ("= qlinear_conv2d(" in text) == (route == "u8")
+    assert ("requantize_" in text) == (route == "f32")
+    assert ("qlinear_conv_" in text) == (route == "integer")
     assert "dequantize_" not in text
     want = _ort(m, x)
     np.testing.assert_array_equal(got, want)
@@ -162,6 +185,23 @@ def test_qlinear_conv_past_the_f32_bound_keeps_the_integer_op():
                             ["y"], pads=[1, 1, 1, 1])
     m, text, got = _run([node], x, inits, np.uint8)
     assert "qlinear_conv_" in text and "requantize_" not in text
+    np.testing.assert_array_equal(got, _ort(m, x))
+
+
+def test_qlinear_conv_past_the_f32_bound_takes_the_u8_route_exactly():
+    """The u8 route sums in i32, so the f32 bound does not limit it: 260 channels of
+    weights 127 (and -128) against u8 inputs, 4 filters, bit-exact with onnxruntime."""
+    rng = np.random.default_rng(2)
+    c = 260
+    w = np.where(rng.random((4, c, 3, 3)) < 0.5, 127, -128).astype(np.int8)
+    x = rng.integers(0, 256, (1, c, 5, 6)).astype(np.uint8)
+    inits = {"xs": np.float32(0.02), "xz": np.uint8(7), "w": w,
+             "ws": np.float32(1e-5), "wz": np.int8(0), "ys": np.float32(0.5),
+             "yz": np.uint8(3)}
+    node = helper.make_node("QLinearConv", ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz"],
+                            ["y"], pads=[1, 1, 1, 1])
+    m, text, got = _run([node], x, inits, np.uint8)
+    assert "= qlinear_conv2d(" in text and "qlinear_conv_" not in text
     np.testing.assert_array_equal(got, _ort(m, x))
 
 

@@ -20,7 +20,11 @@ ATTRS = {"max_pool2d": {"kernel": 2}, "avg_pool2d": {"kernel": 3, "stride": 2, "
          "pack_depthwise_weights": {"block": 1}, "max_pool2d_nchwc": {"kernel": 2},
          "pack_dense_weights": {"block": 2},
          "winograd_weights": {"in_block": 1, "out_block": 1},
-         "winograd4_weights": {"in_block": 1, "out_block": 1}}
+         "winograd4_weights": {"in_block": 1, "out_block": 1},
+         "to_nchwc_u8": {"block": 1}, "pack_channels_i32": {"block": 1},
+         "pack_qconv_weights": {"in_block": 4, "out_block": 1},
+         "qlinear_conv2d": {"padding": 1, "x_zp": 7, "y_zp": 3, "lo": 2, "hi": 250},
+         "qlinear_conv2d_nchwc": {"padding": 1, "x_zp": 7, "y_zp": 3}}
 
 
 @pytest.mark.parametrize("name", sorted(tdsl.stdlib))

@@ -44,8 +44,8 @@ def call(name, *arrays, **attrs):
 
 def check(actual, expected, rtol=RTOL, atol=ATOL):
     assert isinstance(actual, np.ndarray), type(actual)
-    assert actual.dtype == np.float32, actual.dtype
-    assert expected.dtype == np.float32, expected.dtype
+    assert actual.dtype == expected.dtype, (actual.dtype, expected.dtype)
+    assert expected.dtype == np.float32 or rtol == atol == 0, "integers compare exactly"
     assert actual.shape == expected.shape, (actual.shape, expected.shape)
     np.testing.assert_allclose(actual, expected, rtol=rtol, atol=atol)
 
@@ -74,7 +74,8 @@ TESTED = {
     "pack_depthwise_weights", "conv2d_nchwc", "conv2d_nchwc_valid", "depthwise_conv2d_nchwc",
     "bias_add_nchwc", "batch_norm_nchwc", "scale_shift_nchwc", "max_pool2d_nchwc", "global_avg_pool2d_nchwc",
     "pack_dense_weights", "dense_packed", "winograd_weights", "conv2d_winograd_nchwc",
-    "winograd4_weights", "conv2d_winograd4_nchwc",
+    "winograd4_weights", "conv2d_winograd4_nchwc", "qlinear_conv2d", "qlinear_conv2d_nchwc",
+    "pack_qconv_weights", "pack_channels_i32", "to_nchwc_u8", "from_nchwc_u8",
 }
 
 
@@ -390,6 +391,35 @@ def test_layout_transforms(n, c, h, w, block, seed):
     assert xb.shape == (n, c // block, h, w, block)
     np.testing.assert_array_equal(call("from_nchwc", xb), x[:, :c // block * block])
     both("pack_channels", rand(rng, (c,)), block=block)
+
+
+@HYP
+@given(n=st.integers(1, 2), cq=st.integers(1, 2), ci=st.sampled_from([4, 8]),
+       fb=st.integers(1, 2), fi=st.integers(1, 3), k=st.integers(1, 3),
+       stride=st.integers(1, 2), padding=st.integers(0, 2), dilation=st.integers(1, 2),
+       hw=st.integers(3, 6), zps=st.tuples(st.integers(0, 255), st.integers(0, 255)),
+       clamp=st.tuples(st.integers(0, 100), st.integers(100, 255)), seed=seeds)
+def test_int8_convolutions_and_their_layouts(n, cq, ci, fb, fi, k, stride, padding, dilation,
+                                             hw, zps, clamp, seed):
+    """qlinear_conv2d (plain and blocked) and the u8 layout and packing ops: tdsl's
+    semantics against numpy, exactly."""
+    rng = np.random.default_rng(seed)
+    c, f = cq * ci, fb * fi
+    hw = max(hw, dilation * (k - 1) + 1)
+    x = rng.integers(0, 256, (n, c, hw, hw)).astype(np.uint8)
+    w = rng.integers(-128, 128, (f, c, k, k)).astype(np.int8)
+    b = rng.integers(-30000, 30000, f).astype(np.int32)
+    s = rng.uniform(1e-4, 3e-3, f).astype(F32)
+    attrs = dict(stride=stride, padding=padding, dilation=dilation, x_zp=zps[0], y_zp=zps[1],
+                 lo=clamp[0], hi=clamp[1])
+    exact = dict(rtol=0, atol=0)
+    both("qlinear_conv2d", x, w, b, s, **exact, **attrs)
+    xb = both("to_nchwc_u8", x, block=ci, **exact)
+    np.testing.assert_array_equal(call("from_nchwc_u8", xb), x)
+    wp = both("pack_qconv_weights", w, in_block=ci, out_block=fi, **exact)
+    bb = both("pack_channels_i32", b, block=fi, **exact)
+    sb = both("pack_channels", s, block=fi)
+    both("qlinear_conv2d_nchwc", xb, wp, bb, sb, **exact, **attrs)
 
 
 @HYP

@@ -39,6 +39,8 @@ TEMPLATED = {
                               {}),
     "conv2d_winograd4_nchwc": ({"N": 1, "CB": 2, "H": 9, "W": 7, "CI": 3, "FB": 2, "FI": 16},
                                {}),
+    "qlinear_conv2d_nchwc": ({"N": 1, "CB": 2, "IH": 7, "IW": 11, "CI": 8, "FB": 3, "KH": 3,
+                              "KW": 3, "CQ": 2, "FI": 16}, {"padding": 1, "x_zp": 5}),
     "softmax": ({"N": 3, "D": 37}, {}),
     "layer_norm": ({"N": 3, "D": 37}, {}),
     "max_pool2d": ({"N": 1, "C": 3, "IH": 9, "IW": 13}, {"kernel": 3, "stride": 2}),

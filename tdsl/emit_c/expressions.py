@@ -22,7 +22,7 @@ from ..lowering import te
 from ..lowering.dtypes import (MINIFLOATS, cast_array, is_float, is_int, is_unsigned, to_c,
                                to_numpy)
 from ..lowering.loop_ir import Buffer, BufferLoad, Ramp, ReadFault, split_dtype
-from .helpers import Helpers
+from .helpers import Helpers, element_size
 from .lanes import LaneOf, contiguous_base, flat_offset, lanes_of
 from .names import C_KEYWORDS, LIBRARY_NAMES, Namer
 
@@ -155,6 +155,20 @@ class CExpressionPrinter:
     def visit_Cast(self, e: te.Cast):
         if e.a.dtype == e.dtype:
             return self._dispatch(e.a)(e.a)
+        if lanes_of(e) > 1:                     # GNU vectors (lanes.simd_expressible)
+            src, dst = split_dtype(e.a.dtype)[0], split_dtype(e.dtype)[0]
+            if is_float(src) and is_int(dst):   # saturating, NaN -> 0, as the scalar one
+                return f"{self.helpers.to_int_sat_vector(e.a.dtype, e.dtype)}" \
+                       f"({self.expr(e.a)})", POSTFIX
+            value = self.expr(e.a)
+            wide = {"f32": "i32", "f64": "i64"}.get(dst)
+            if is_int(src) and wide and element_size(src) < element_size(wide):
+                # through the signed integers of the float's width (vpmovzxbd, vcvtdq2ps):
+                # gcc has no u8 -> f32 vector conversion and would convert lane by lane
+                lanes = lanes_of(e)
+                value = f"__builtin_convertvector({value}, " \
+                        f"{self.vector_type(f'{wide}x{lanes}')})"
+            return f"__builtin_convertvector({value}, {self.vector_type(e.dtype)})", POSTFIX
         if e.dtype in MINIFLOATS:               # the bits of the nearest (helpers)
             return f"{self.helpers.to_minifloat(e.dtype)}({self.expr(e.a)})", POSTFIX
         if e.a.dtype in MINIFLOATS:             # exactly an f32, then f32's cast rules
@@ -183,6 +197,10 @@ class CExpressionPrinter:
             return f"{self.helpers.requantize()}({', '.join(args)})", POSTFIX
         if name == "exp" and dtype.startswith("f32x"):      # a GNU vector (lanes.py)
             return f"{self.helpers.exp(dtype)}({args[0]})", POSTFIX
+        if name == "round" and dtype.startswith("f32x"):    # a GNU vector (lanes.py)
+            return f"{self.helpers.round_vector(dtype)}({args[0]})", POSTFIX
+        if name == "dot4_u8i8":                             # GNU vectors (lanes.py)
+            return f"{self.helpers.dot4_u8i8(dtype)}({', '.join(args)})", POSTFIX
         if name in ("sqrt", "rsqrt") and "x" in dtype:      # a GNU vector (lanes.py)
             root = f"{self.helpers.sqrt_vector(dtype)}({args[0]})"
             if name == "sqrt":

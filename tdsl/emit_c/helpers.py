@@ -115,6 +115,61 @@ _TO_INT_SAT = """\
 
 _SIGMOID = "{q} {t} tdsl_sigmoid_{d}({t} x) {{ return 1 / (1 + {exp}(-x)); }}"
 
+# A GNU vector of floats to one of integers with the scalar conversion's meaning (`_TO_INT_SAT`):
+# NaN -> 0 (the lanes of a NaN are zeroed through a compare mask), clamped in floats to the
+# type's range, then converted whole (in range, C's conversion is exact). Where the largest
+# float below the maximum is not the maximum (f32 -> i32), the lanes past it go through the
+# scalar conversion in a lane loop instead. The conversion goes through the signed integers
+# of the float's width (vcvttps2dq, then vpmovdb): gcc has no f32 -> u8 vector conversion
+# and would truncate lane by lane.
+_TO_INT_SAT_VECTOR = """\
+typedef {mt} {mv} __attribute__((vector_size({bytes})));
+{q} {vi} tdsl_{vd}_to_{vid}({v} x) {{
+{body}
+}}"""
+_TO_INT_SAT_VECTOR_WHOLE = """\
+    const {v} vlo = ({v}){{0}} + {lo}, vtop = ({v}){{0}} + {top};
+    {mv} m = x > vlo;                  /* false for NaN: lo, then 0 below */
+    {v} c = ({v})((m & ({mv})x) | (~m & ({mv})vlo));
+    m = c < vtop;
+    c = ({v})((m & ({mv})c) | (~m & ({mv})vtop));
+    c = ({v})(({mv})c & ~(x != x));
+    return __builtin_convertvector(__builtin_convertvector(c, {mv}), {vi});"""
+_TO_INT_SAT_VECTOR_LANES = """\
+    {vi} r;
+    for (int j = 0; j < {lanes}; j++) r[j] = {scalar}(x[j]);
+    return r;"""
+
+# rint of a GNU vector of f32 (round half to even, numpy's rint): one vrndscaleps /
+# vroundps where the target has it, else a lane loop of rintf.
+_ROUND_VECTOR = """\
+{head}{q} {v} tdsl_round_{vd}({v} x) {{
+{fast}    for (int j = 0; j < {lanes}; j++) x[j] = rintf(x[j]);
+    return x;
+}}"""
+
+# The int8 dot product (vectorize.py's dot4_u8i8): lane j of the result is acc[j] plus the
+# four products a[k] * b[4 j + k] of unsigned a and signed b, exact in i32. Where the target
+# has VNNI that is one vpdpbusd (the preprocessor reads the -march flags: the target's
+# features choose, no runtime dispatch); elsewhere a lane loop gcc vectorizes. AVX2 without
+# VNNI has vpmaddubsw, but it saturates the sum of two products to i16 (255 * 127 * 2 >
+# 32767), so it is not used: the results stay bit-exact on every target.
+_DOT4_U8I8 = """\
+{vnni}{q} {v} tdsl_dot4_u8i8_{vd}({v} acc, {va} a, {vb} b) {{
+{fast}    for (int j = 0; j < {lanes}; j++)
+        acc[j] += (int32_t)a[0] * b[4 * j] + (int32_t)a[1] * b[4 * j + 1]
+                  + (int32_t)a[2] * b[4 * j + 2] + (int32_t)a[3] * b[4 * j + 3];
+    return acc;
+}}"""
+
+# per vector width: the VNNI instruction's guard and its spelling
+_VNNI = {16: ("defined(__AVX512VNNI__)", "_mm512_dpbusd_epi32", "__m512i", "_mm512_set1_epi32"),
+         8: ("defined(__AVX512VNNI__) && defined(__AVX512VL__)", "_mm256_dpbusd_epi32",
+             "__m256i", "_mm256_set1_epi32"),
+         4: ("defined(__AVX512VNNI__) && defined(__AVX512VL__)", "_mm_dpbusd_epi32",
+             "__m128i", "_mm_set1_epi32")}
+_AVX_VNNI = {8: "_mm256_dpbusd_avx_epi32", 4: "_mm_dpbusd_avx_epi32"}
+
 # e^r for the reduced argument r = c - n ln2 (ln2 in two parts, so that n * 0.693359375 is
 # exact), shared by the scalar and the vector exp: ``{v}`` is the value type; a scalar
 # constant in a vector expression is broadcast, so the text is the same for both.
@@ -476,6 +531,58 @@ class Helpers:
                   mbits=f["mbits"], bias=f["bias"], emin=f["emin"],
                   special=_MINIFLOAT_SPECIALS[f["kind"]].format(**fields), **fields)
         return f"tdsl_from_{dtype}"
+
+    def to_int_sat_vector(self, float_dtype: str, int_dtype: str) -> str:
+        """`to_int_sat` on a GNU vector ("f32x16" -> "u8x16", `_TO_INT_SAT_VECTOR`)."""
+        (fs, lanes), (it, _) = (d.split("x") for d in (float_dtype, int_dtype))
+        scalar = self.to_int_sat(fs, it)
+        v, vi = self.vector(fs, int(lanes)), self.vector(it, int(lanes))
+        lo, hi = int_range(it)
+        top = saturation_top(fs, it)
+        fields = dict(v=v, vi=vi, lanes=lanes, scalar=scalar, mv=f"tdsl_imask_{float_dtype}",
+                      lo=_float_literal(lo, fs), top=_float_literal(top, fs))
+        body = (_TO_INT_SAT_VECTOR_WHOLE if top >= hi else _TO_INT_SAT_VECTOR_LANES)
+        self._add(f"to_int_{float_dtype}_{int_dtype}", _TO_INT_SAT_VECTOR, fs,
+                  body=body.format(**fields), vd=float_dtype, vid=int_dtype,
+                  mt={"f32": "int32_t", "f64": "int64_t"}[fs],
+                  bytes=int(lanes) * _SIZES[fs], **fields)
+        return f"tdsl_{float_dtype}_to_{int_dtype}"
+
+    def round_vector(self, dtype: str) -> str:
+        """rint of a GNU vector of f32 (`_ROUND_VECTOR`)."""
+        lanes = int(dtype.split("x")[1])
+        v = self.vector("f32", lanes)
+        x86 = {16: ("defined(__AVX512F__)", "_mm512_roundscale_ps", "__m512"),
+               8: ("defined(__AVX__)", "_mm256_round_ps", "__m256"),
+               4: ("defined(__SSE4_1__)", "_mm_round_ps", "__m128")}.get(lanes)
+        head = fast = ""
+        if x86:
+            guard, fn, m = x86
+            head = f"#if {guard}\n#include <immintrin.h>\n#endif\n"
+            fast = (f"#if {guard}\n    return ({v}){fn}(({m})x, _MM_FROUND_TO_NEAREST_INT | "
+                    f"_MM_FROUND_NO_EXC);\n#endif\n")
+        self._add(f"round_{dtype}", _ROUND_VECTOR, "f32", v=v, vd=dtype, lanes=lanes,
+                  head=head, fast=fast)
+        return f"tdsl_round_{dtype}"
+
+    def dot4_u8i8(self, dtype: str) -> str:
+        """The int8 dot product on ``dtype`` ("i32x16") accumulators (`_DOT4_U8I8`)."""
+        lanes = int(dtype.split("x")[1])
+        v, va, vb = self.vector("i32", lanes), self.vector("u8", 4), self.vector("i8", 4 * lanes)
+        fast = vnni = ""
+        if lanes in _VNNI:
+            guard, fn, m, bcast = _VNNI[lanes]
+            def step(fn):
+                return (f"    {{ int32_t a4; memcpy(&a4, &a, 4); "
+                        f"return ({v}){fn}(({m})acc, {bcast}(a4), ({m})b); }}\n")
+            fast = f"#if {guard}\n" + step(fn)
+            if lanes in _AVX_VNNI:
+                fast += "#elif defined(__AVXVNNI__)\n" + step(_AVX_VNNI[lanes])
+            fast += "#endif\n"
+            vnni = "#if defined(__AVX512VNNI__) || defined(__AVXVNNI__)\n#include <immintrin.h>\n#endif\n"
+        self._add(f"dot4_u8i8_{dtype}", _DOT4_U8I8, "i32", v=v, vd=dtype, va=va, vb=vb,
+                  lanes=lanes, fast=fast, vnni=vnni)
+        return f"tdsl_dot4_u8i8_{dtype}"
 
     def requantize(self) -> str:
         self._add("requantize", _REQUANTIZE)

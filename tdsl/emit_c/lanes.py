@@ -129,6 +129,15 @@ def lane(e: te.Expr, at: te.Expr) -> te.Expr:
             return LaneOf(e, at, scalar_of(e.dtype))
         case BufferLoad(buffer, indices):
             return BufferLoad(buffer, tuple(lane(i, at) for i in indices), scalar_of(e.dtype))
+        case te.Intrinsic("dot4_u8i8", (acc, a, b)):   # lane j: acc[j] + sum[k] a[k] b[4j+k]
+            total = lane(acc, at)
+            for k in range(lanes_of(a)):
+                kk = te.Const(k, INDEX)
+                total = te.Binary("+", total, te.Binary(
+                    "*", te.Cast(lane(a, kk), "i32"),
+                    te.Cast(lane(b, add(mul(at, te.Const(lanes_of(a), INDEX)), kk)), "i32"),
+                    "i32"), "i32")
+            return total
     changes = {"dtype": scalar_of(e.dtype)}
     for f in dataclasses.fields(e):
         value = getattr(e, f.name)
@@ -144,7 +153,8 @@ def simd_expressible(e: te.Expr, has_vector_type) -> bool:
 
     The set is what GNU vector types do natively and what a register tile needs: contiguous
     loads, broadcasts, ``+ - *`` (and ``/`` on floats), negation, float ``min``/``max``
-    (a compare-and-blend helper), f32 ``exp`` and float ``sqrt``/``rsqrt`` (vector helpers),
+    (a compare-and-blend helper), f32 ``exp`` and ``round``, float ``sqrt``/``rsqrt``, the
+    int8 ``dot4_u8i8`` and numeric casts (vector helpers, ``__builtin_convertvector``),
     selects with one condition for all lanes (a C conditional between two vectors), and
     vector variables.
     ``has_vector_type(dtype)`` says whether the language spells that vector type.
@@ -177,4 +187,10 @@ def simd_expressible(e: te.Expr, has_vector_type) -> bool:
         case te.Select(cond, t, f) if lanes_of(cond) == 1:
             return simd_expressible(t, has_vector_type) and \
                 simd_expressible(f, has_vector_type)
+        case te.Cast(a) if has_vector_type(a.dtype):   # a conversion, or a helper's
+            return simd_expressible(a, has_vector_type)
+        case te.Intrinsic("round", (a,)) if scalar == "f32":
+            return simd_expressible(a, has_vector_type)
+        case te.Intrinsic("dot4_u8i8", args):        # the helper takes three vectors
+            return all(simd_expressible(a, has_vector_type) for a in args)
     return False

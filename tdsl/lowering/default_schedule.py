@@ -9,8 +9,8 @@ part of the gap with rules any stage can take:
   absent from at least one (matmul's ``A[i, k]``), runs ``i, k, j``: the accumulation goes
   into the output row, ``j`` innermost (legal: the output is initialised before ``k``);
 - the innermost data loop, when it is innermost and contiguous, is split by one vector of
-  the target (its f32 lanes x 4 bytes: 16 f32 on AVX-512, 8 on AVX2) and the inner part
-  vectorized, if it is at least that long;
+  the target (its f32 lanes x 4 bytes: 16 f32 on AVX-512, 8 on AVX2; of the widest element
+  the stage reads or writes) and the inner part vectorized, if it is at least that long;
 - the outermost data loop runs in parallel when the stage does enough work; when its extent
   is small (a batch of 1) and a second data loop follows, the two are fused first.
 
@@ -100,7 +100,10 @@ def _schedule_stage(s: Schedule, t: te.Tensor, env: dict, vector_bytes: int) -> 
     if red and contiguous and broadcast:
         s = s.reorder(name, *outer, *red, inner.var.name)
         innermost = True
-    lanes = max(1, vector_bytes // to_numpy(t.dtype).itemsize)
+    # the vector's lanes of the widest element the stage reads or writes: a quantize (f32
+    # in, u8 out) computes f32 vectors, 16 on AVX-512, not 64 (a row of 56 would not split)
+    widest = max(to_numpy(d).itemsize for d in (t.dtype, *(ld.dtype for ld in te.loads(body))))
+    lanes = max(1, vector_bytes // widest)
     parallel_axis = outer[0] if outer else inner.var.name
     n = extents[-1]
     if innermost and contiguous and lanes > 1 and (n is None or n >= lanes):

@@ -47,12 +47,43 @@ def _scaled_operand(cv, name, x_rank, axis, block, idx, key):
     return f"{key}: {t.type}", f"{key}{_param_sub(t.shape, x_rank, axis, block, idx)}", t
 
 
+def _per_tensor(cv, node, a, x):
+    """The constant scale and zero point (None if absent) of a QuantizeLinear or
+    DequantizeLinear whose scale and zero point are each one constant element, of an input
+    of rank >= 1 and no block; else None. Such a node is written as an op of any rank with
+    them as literals, one input: the graph's layout pass runs it on blocked activations
+    (fused into the int8 convolution's neighbours) as it runs relu."""
+    sc = cv.static.get(node.input[1])
+    zp = cv.static.get(opt(node, 2)) if opt(node, 2) else None
+    if sc is None or sc.size != 1 or (opt(node, 2) and (zp is None or zp.size != 1)) or \
+            not x.shape or int(a.get("block_size", 0)):
+        return None
+    return sc.reshape(()), None if zp is None else zp.reshape(())
+
+
+def _generic_op(cv, kind, node, x, out, body):
+    text = (f"op {{name}}(X: {x.dtype}[*S]) -> Y: {out}[*S] {{\n"
+            f"    Y[*i] = {body}\n}}\n")
+    cv.call(node.output[0], cv.op(kind, text), [x], x.shape, dtype=out)
+
+
 @converter("QuantizeLinear", attrs=("axis", "block_size", "output_dtype", "saturate",
                                     "precision"))
 def quantize(cv, node, a):
     x = cv.tensor(node.input[0])
     if x.dtype not in ("f32", "f64"):
         raise cv.error(f"QuantizeLinear of {x.dtype}")
+    from .convert import tdsl_dtype
+    scalars = _per_tensor(cv, node, a, x)
+    if scalars is not None and scalars[1] is not None and \
+            tdsl_dtype(scalars[1].dtype, "QuantizeLinear's zero point") in RANGES:
+        sc, zp = scalars
+        out = tdsl_dtype(zp.dtype, "QuantizeLinear's zero point")
+        lo, hi = _qrange(cv, out)
+        _generic_op(cv, "quantize", node, x, out,
+                    f"{out}(min(max(round(X[*i] / ({T.lit(sc, x.dtype)})) + "
+                    f"({T.lit(zp, x.dtype)}), {T.lit(lo)}), {T.lit(hi)}))")
+        return
     rank = len(x.shape)
     axis = a.get("axis", 1) % max(rank, 1)
     block = int(a.get("block_size", 0))
@@ -98,6 +129,14 @@ def dequantize(cv, node, a):
     x = cv.tensor(node.input[0])
     if x.dtype not in ("u8", "i8", "i16", "u16", "i32", *MINIFLOATS):
         raise cv.error(f"DequantizeLinear of {x.dtype}")
+    from .convert import tdsl_dtype
+    scalars = _per_tensor(cv, node, a, x)
+    if scalars is not None and x.dtype not in MINIFLOATS:
+        sc, zp = scalars
+        out = tdsl_dtype(sc.dtype, "DequantizeLinear's scale")
+        value = f"{out}(X[*i])" if zp is None else f"({out}(X[*i]) - ({T.lit(zp, out)}))"
+        _generic_op(cv, "dequantize", node, x, out, f"{value} * ({T.lit(sc, out)})")
+        return
     rank = len(x.shape)
     axis = a.get("axis", 1) % max(rank, 1)
     block = int(a.get("block_size", 0))
@@ -309,7 +348,7 @@ def conv_integer(cv, node, a):
                                  "strides"))
 def qlinear_conv(cv, node, a, relu=False):
     """``relu``: the result's max with its zero point (QDQ's Conv -> Relu -> Q)."""
-    if _conv_f32_exact(cv, node, a, relu):
+    if _conv_u8(cv, node, a, relu) or _conv_f32_exact(cv, node, a, relu):
         return
     if relu:
         out = node.output[0]
@@ -335,6 +374,63 @@ def qlinear_conv(cv, node, a, relu=False):
             f"    Acc: {T.ty(shape, 'i32')}\n    {T.at('Acc', i)} = {acc}\n"
             f"    {T.at('Y', i)} = {body}\n}}\n")
     cv.call(node.output[0], cv.op("qlinear_conv", text), args + rq_args, shape, dtype=out)
+
+
+def _conv_u8(cv, node, a, relu=False) -> bool:
+    """QLinearConv of u8 activations and symmetric i8 weights as std ``qlinear_conv2d``
+    (which the graph runs on blocked activations with the int8 dot product): B = bias -
+    x_zp * (each filter's weight sum), S = x_scale * w_scale / y_scale per filter (in f32,
+    as the float route and `_requantize` make it), ``relu`` as the clamp's lower bound.
+    False (nothing emitted) unless: 2-D, constant u8 zero points and f32 scales per tensor
+    (the weights' per tensor or per output channel), constant i8 weights of zero point 0,
+    no grouping, multiples of 4 channels in and out (the dot product's groups; others run
+    faster on the float route), one stride, dilation and padding for every side, a
+    constant i32 bias, and B within i32."""
+    from .conv import _attrs, _pads
+    x = list(node.input) + [""] * (9 - len(node.input))
+    xt = cv.tensors.get(x[0])
+    w, ws = cv.static.get(x[3]), cv.static.get(x[4])
+    if xt is None or xt.dtype != "u8" or len(xt.shape) != 4 or \
+            not all(isinstance(d, (int, np.integer)) for d in xt.shape[1:]) or \
+            w is None or ws is None or w.dtype != np.int8 or w.ndim != 4 or \
+            ws.dtype != np.float32:
+        return False
+    n, c, ih, iw = xt.shape
+    f, cg, kh, kw = w.shape
+    xs, ys = (_static_scalar(cv, k, (np.float32,)) for k in (x[1], x[6]))
+    xz = _static_scalar(cv, x[2], (np.uint8,)) if x[2] else np.zeros((), np.uint8)
+    yz = _static_scalar(cv, x[7], (np.uint8,)) if x[7] else np.zeros((), np.uint8)
+    wz = cv.static.get(x[5]) if x[5] else np.zeros((), np.int8)
+    bias = cv.static.get(x[8]) if x[8] else np.zeros(f, np.int32)
+    if xs is None or ys is None or xz is None or yz is None or wz is None or np.any(wz) or \
+            int(a.get("group", 1)) != 1 or cg != c or c % 4 or f % 4 or \
+            not all(v.size == 1 or (v.ndim == 1 and v.size == f) for v in (ws, wz)) or \
+            bias is None or bias.dtype != np.int32 or bias.shape != (f,) or \
+            list(a.get("kernel_shape", [kh, kw])) != [kh, kw]:
+        return False
+    strides = [int(v) for v in a.get("strides", [1, 1])]
+    dil = [int(v) for v in a.get("dilations", [1, 1])]
+    pads = _pads(cv, a, 2, [kh, kw], strides, dil, (ih, iw))
+    if len(set(strides)) != 1 or len(set(dil)) != 1 or len(set(pads)) != 1:
+        return False
+    b = bias.astype(np.int64) - int(xz) * w.astype(np.int64).reshape(f, -1).sum(axis=1)
+    if np.abs(b).max(initial=0) >= 1 << 31:
+        return False
+    scale = np.broadcast_to((xs * ws.reshape(-1)).astype(np.float32) / ys, (f,))
+    out = node.output[0]
+    cv.static[out + "#b"] = b.astype(np.int32)
+    cv.static[out + "#scale"] = np.ascontiguousarray(scale, np.float32)
+    oh = (ih + 2 * pads[0] - dil[0] * (kh - 1) - 1) // strides[0] + 1
+    ow = (iw + 2 * pads[0] - dil[0] * (kw - 1) - 1) // strides[0] + 1
+    if oh < 1 or ow < 1:
+        return False
+    attrs = _attrs(stride=strides[0], padding=pads[0], dilation=dil[0])
+    extra = ", ".join(f"{k}={v}" for k, v in (("x_zp", int(xz)), ("y_zp", int(yz)),
+                                               ("lo", int(yz) if relu else 0)) if v)
+    cv.call(out, "qlinear_conv2d", [xt, cv.tensor(x[3]), cv.tensor(out + "#b"),
+                                    cv.tensor(out + "#scale")], (n, f, oh, ow),
+            ", ".join(t for t in (attrs, extra) if t), dtype="u8")
+    return True
 
 
 # A conv's i32 sum computed by std conv2d in f32 (its tuned schedule; the graph's blocked

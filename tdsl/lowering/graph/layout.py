@@ -79,6 +79,10 @@ WINOGRAD_MIN_SIZE = 8                   # output rows and columns
 WINOGRAD4_MIN_SIZE = 28
 WINOGRAD_MAX_WEIGHT_BYTES = 4 << 20     # the transformed weights, 16 (36) * C * F floats
 
+# the layout conversions of each element type a blocked value may have: NCHW to blocked,
+# blocked to NCHW (u8: the int8 convolutions' activations)
+_CONVERSIONS = {"f32": ("to_nchwc", "from_nchwc"), "u8": ("to_nchwc_u8", "from_nchwc_u8")}
+
 # per-channel ops (an NCHW input and [C] vectors) and their blocked forms
 PER_CHANNEL = {"bias_add": "bias_add_nchwc", "batch_norm": "batch_norm_nchwc",
                "scale_shift": "scale_shift_nchwc"}
@@ -144,6 +148,8 @@ class _Rewriter:
             return self._conv(node)
         if self._is_std(node, "depthwise_conv2d"):
             return self._depthwise(node)
+        if self._is_std(node, "qlinear_conv2d"):
+            return self._qconv(node)
         if self._is_std(node, "dense"):
             return self._dense(node)
         blocked_in = [v for v in node.inputs if v in self.blocked]
@@ -199,6 +205,28 @@ class _Rewriter:
             self._emit("conv2d_nchwc", (xb, wp), node, attrs, blocked=True)
         return True
 
+    def _qconv(self, node: Node) -> bool:
+        """The int8 convolution on blocked u8 activations: input blocks of a multiple of 4
+        channels (the dot product's groups), output blocks as f32's."""
+        x, w, b, scale = node.inputs
+        xs, ws = self._orig_shape(x), self._orig_shape(w)
+        fb = self._channel_block(ws[0])
+        if x in self.blocked:
+            xb, cin = self.blocked[x], self._block(x)
+        else:
+            cin = self._channel_block(xs[1])
+            xb = None
+        if fb is None or cin is None or cin % 4 or w not in self.graph.params:
+            return False
+        xb = xb or self._to_blocked(x, cin)
+        wp = self._weight_node("pack_qconv_weights", w, {"in_block": cin, "out_block": fb},
+                               "_packed")
+        bb = self._weight_node("pack_channels_i32", b, {"block": fb}, "_blocked")
+        sb = self._weight_node("pack_channels", scale, {"block": fb}, "_blocked")
+        self._emit("qlinear_conv2d_nchwc", (xb, wp, bb, sb), node, dict(node.attrs),
+                   blocked=True)
+        return True
+
     def _dense(self, node: Node) -> bool:
         x, w, b = node.inputs
         if w not in self.graph.params:
@@ -226,6 +254,8 @@ class _Rewriter:
         if len(out_shape) != 4 or len(blocks) != 1 or out_shape[1] % min(blocks) or \
                 classify(node.fn) != Pattern.INJECTIVE or \
                 any(self._orig_shape(v) != out_shape for v in node.inputs) or \
+                any(self.orig[v].dtype not in _CONVERSIONS
+                    for v in (*node.inputs, node.outputs[0])) or \
                 not all(reads_elementwise(node.fn, k) for k in range(len(node.inputs))):
             return False
         try:
@@ -287,7 +317,7 @@ class _Rewriter:
     def _to_blocked(self, v: str, block: int) -> str:
         if (v, block) not in self.edges:
             out = self._fresh(f"{v}_nchw{block}c")
-            self._add("to_nchwc", (v,), out, {"block": block})
+            self._add(_CONVERSIONS[self.values[v].dtype][0], (v,), out, {"block": block})
             self.edges[(v, block)] = out
             self.notes.append(f"to_nchwc {v} -> {out} (NCHW{block}c)")
         return self.edges[(v, block)]
@@ -300,7 +330,7 @@ class _Rewriter:
 
     def _from_blocked(self, v: str, out: str) -> None:
         self.taken.add(out)
-        self._add("from_nchwc", (self.blocked[v],), out, {})
+        self._add(_CONVERSIONS[self.values[v].dtype][1], (self.blocked[v],), out, {})
         self.plain[v] = out
         self.notes.append(f"from_nchwc {self.blocked[v]} -> {out} (NCHW)")
 

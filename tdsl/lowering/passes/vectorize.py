@@ -7,16 +7,32 @@ After: a VECTORIZED loop ``for v in [m, m + L)`` whose
 - body is a store or a sequence of stores (no loop, no condition, no allocation),
 - stores are contiguous in ``v`` (flat index ``base + v``), loads contiguous or invariant,
 - values use only ``+ - * /`` (``/`` on floats), negation, float ``min``/``max`` (the
-  epilogues fusion leaves: relu, clip), f32 ``exp`` (softmax's rows) and selects whose
+  epilogues fusion leaves: relu, clip), f32 ``exp`` (softmax's rows) and ``round``
+  (requantization), casts between numeric types (quantize, dequantize) and selects whose
   condition is invariant, of loads, constants and invariant variables (no select on lanes,
-  other call, compare or cast),
+  other call or compare),
 - and loads of a buffer the body also stores use the store's own index (no cross-lane
   dependence),
 
 is replaced by its body with ``v`` standing for ``ramp(m, 1, L)``: a contiguous access
 becomes ``buf[ramp(base, 1, L)]`` of dtype ``"f32xL"``, an invariant sub-expression is
-computed once as a scalar and broadcast (``x{L}(...)``). Every other VECTORIZED loop is
-kept as is, for the emitter to print with a vectorization pragma.
+computed once as a scalar and broadcast (``x{L}(...)``).
+
+One loop of another shape is recognised too, the int8 dot product (what gcc's and LLVM's
+vectorizers call the dot-product idiom):
+
+    for v in [m, m + L) (vectorized):
+        for k in [0, 4) (unrolled):
+            acc[base + v] = acc[base + v] + i32(a[a0 + k]) * i32(b[b0 + 4 * v + k])
+
+with ``acc`` i32, ``a`` u8 (the same four bytes for every lane) and ``b`` i8 (four bytes
+per lane, contiguous), becomes one store of ``dot4_u8i8(acc[ramp], a[ramp(a0, 1, 4)],
+b[ramp(b0, 1, 4 L)])``: lane ``j`` adds ``sum[k] a[k] * b[4 j + k]``. That is one
+``vpdpbusd`` on x86 with VNNI (the emitters' helper; a lane loop elsewhere), 4 L products
+per instruction, exact in i32 like the loop it replaces.
+
+Every other VECTORIZED loop is kept as is, for the emitter to print with a vectorization
+pragma.
 """
 from __future__ import annotations
 
@@ -44,6 +60,8 @@ def vectorize_loop(loop: For):
     lanes = int(loop.extent.value)
     if lanes < 2 or lanes & (lanes - 1):
         return None
+    if isinstance(loop.body, For):
+        return _dot_product(loop, lanes)
     stores = loop.body.stmts if isinstance(loop.body, Seq) else (loop.body,)
     if not all(isinstance(s, Store) and s.predicate is None and len(s.indices) == 1
                for s in stores):
@@ -57,6 +75,78 @@ def vectorize_loop(loop: For):
     except _NotVectorizable:
         return None
     return out[0] if len(out) == 1 else Seq(out)
+
+
+DOT_GROUP = 4      # the products each lane of a dot4 adds: vpdpbusd's four bytes per lane
+
+
+def _dot_product(loop: For, lanes: int) -> Store | None:
+    """The dot-product idiom (module docstring) as one vector store, or None."""
+    inner = loop.body
+    s = inner.body
+    if inner.kind is not ForKind.UNROLLED or not _is_const(inner.min, 0) or \
+            not _is_const(inner.extent, DOT_GROUP) or not isinstance(s, Store) or \
+            s.predicate is not None or len(s.indices) != 1 or s.buffer.dtype != "i32":
+        return None
+    k = inner.var
+    v = _Vectorizer(loop.var, loop.min, lanes, {s.buffer: s.indices})
+    acc = BufferLoad(s.buffer, s.indices, "i32")
+    match s.value:
+        case te.Binary("+", load, te.Binary("*", te.Cast(x, "i32"), te.Cast(y, "i32")), "i32") \
+                if load == acc:
+            pass
+        case _:
+            return None
+    if getattr(x, "dtype", None) == "i8" and getattr(y, "dtype", None) == "u8":
+        x, y = y, x
+    if not (isinstance(x, BufferLoad) and isinstance(y, BufferLoad) and x.dtype == "u8" and
+            y.dtype == "i8" and x.predicate is None and y.predicate is None):
+        return None
+    base = v.contiguous(s.indices[0])
+    a0 = _offset(x.indices, {loop.var: 0, k: 1})
+    b0 = _offset(y.indices, {loop.var: DOT_GROUP, k: 1})
+    if base is None or k in te.free_vars(base) or a0 is None or b0 is None:
+        return None
+    b0 = simplify(te.Binary("+", b0, te.Binary("*", te.Const(DOT_GROUP, INDEX), loop.min,
+                                               INDEX), INDEX))      # the first lane's
+    value = te.Intrinsic("dot4_u8i8", (
+        BufferLoad(s.buffer, (v.ramp(base),), vector_dtype("i32", lanes)),
+        BufferLoad(x.buffer, (_ramp(a0, DOT_GROUP),), vector_dtype("u8", DOT_GROUP)),
+        BufferLoad(y.buffer, (_ramp(b0, DOT_GROUP * lanes),),
+                   vector_dtype("i8", DOT_GROUP * lanes))), vector_dtype("i32", lanes))
+    return Store(s.buffer, (v.ramp(base),), value)
+
+
+def _vector_cast(src: str, dst: str) -> bool:
+    """A conversion between numeric types with vector spellings (no bool, no storage
+    float): the emitters convert whole vectors, a float to an integer through the
+    saturating helper lane by lane."""
+    numeric = ("f32", "f64", "i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64")
+    return src in numeric and dst in numeric
+
+
+def _is_const(e: te.Expr, value: int) -> bool:
+    return isinstance(e, te.Const) and e.value == value
+
+
+def _ramp(base: te.Expr, lanes: int) -> Ramp:
+    return Ramp(base, te.Const(1, INDEX), lanes, vector_dtype(INDEX, lanes))
+
+
+def _offset(indices, coefficients: dict) -> te.Expr | None:
+    """The flat index less its terms in the given variables, if each has exactly its
+    coefficient there (``{v: 4, k: 1}``: ``b0 + 4 v + k``, a coefficient 0 for an index
+    that does not use the variable); else None."""
+    if len(indices) != 1:
+        return None
+    index = simplify(indices[0])
+    lin = linear(index)
+    for var, c in coefficients.items():
+        if lin.coeff_if_linear(var) != c:
+            return None
+    rest = te.substitute(index, {var: te.Const(0, INDEX) for var in coefficients})
+    rest = simplify(rest)
+    return None if any(var in te.free_vars(rest) for var in coefficients) else rest
 
 
 class _Vectorizer:
@@ -78,7 +168,7 @@ class _Vectorizer:
         return None if self.uses(base) else base
 
     def ramp(self, base: te.Expr) -> Ramp:
-        return Ramp(base, te.Const(1, INDEX), self.lanes, vector_dtype(INDEX, self.lanes))
+        return _ramp(base, self.lanes)
 
     def store(self, s: Store) -> Store:
         base = self.contiguous(s.indices[0])
@@ -115,6 +205,11 @@ class _Vectorizer:
             case te.Intrinsic("sqrt" | "rsqrt" as name, (a,), dt) if dt in ("f32", "f64"):
                 return te.Intrinsic(name, (self.widen(self.expr(a)),),      # and sqrt's
                                     vector_dtype(dt, self.lanes))
+            case te.Cast(a, dt) if _vector_cast(a.dtype, dt):
+                return te.Cast(self.widen(self.expr(a)), vector_dtype(dt, self.lanes))
+            case te.Intrinsic("round", (a,), "f32"):   # the C backends' vector rint helper
+                return te.Intrinsic("round", (self.widen(self.expr(a)),),
+                                    vector_dtype("f32", self.lanes))
             case te.Select(cond, t, f, dt) if not self.uses(cond):
                 # one choice for every lane (the cond is invariant): a branch between two
                 # vectors; once an unrolled loop makes the cond a constant, the simplifier
