@@ -63,7 +63,7 @@ def _data(p):
 
 
 @pytest.mark.parametrize("target", ["c"] + (["c -march=x86-64-v3"] if X86 else []))
-@settings(max_examples=12, deadline=None)
+@settings(max_examples=8, deadline=None)
 @given(p=cases())
 def test_blocked_int8_convolution_is_bit_exact_with_mlas_arithmetic(target, p):
     x, w, b, s, attrs = _data(p)

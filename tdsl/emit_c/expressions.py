@@ -166,8 +166,8 @@ class CExpressionPrinter:
                 # through the signed integers of the float's width (vpmovzxbd, vcvtdq2ps):
                 # gcc has no u8 -> f32 vector conversion and would convert lane by lane
                 lanes = lanes_of(e)
-                value = f"__builtin_convertvector({value}, " \
-                        f"{self.vector_type(f'{wide}x{lanes}')})"
+                self.vector_type(f"{wide}x{lanes}")
+                value = f"{self.helpers.widen_vector(e.a.dtype, f'{wide}x{lanes}')}({value})"
             return f"__builtin_convertvector({value}, {self.vector_type(e.dtype)})", POSTFIX
         if e.dtype in MINIFLOATS:               # the bits of the nearest (helpers)
             return f"{self.helpers.to_minifloat(e.dtype)}({self.expr(e.a)})", POSTFIX

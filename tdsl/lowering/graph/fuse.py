@@ -27,6 +27,9 @@ from .patterns import (Pattern, classify, moves_values_only, output_is_fusable,
                        vectors_along_output)
 
 
+LAYOUT_TRANSFORMS = ("to_nchwc", "from_nchwc", "to_nchwc_u8", "from_nchwc_u8")
+
+
 @dataclass(frozen=True)
 class Group:
     """Nodes (indices into ``graph.nodes``, in order) that become one kernel. ``anchor``:
@@ -78,11 +81,13 @@ def run(graph: Graph, fuse: bool = True) -> tuple[Group, ...]:
 def _can_join(group: Group, graph: Graph, node: Node, k: int, pat: Pattern, patterns) -> bool:
     if len(node.outputs) != 1 or pat == Pattern.OPAQUE or pat == Pattern.COMPLEX:
         return False
-    if graph.nodes[group.output_node].op == "from_nchwc" and not moves_values_only(node.fn):
-        # the layout pass's way back to NCHW, for an op with no blocked form: fused, an op
-        # that computes would read the blocked value a channel at a time (a stride of a
-        # block) in a loop that does not vectorize. A quantized block's requantize,
-        # dequantize, add and quantize ran 3.5 ms so for 200 k values; alone, the
+    if graph.nodes[group.output_node].op in LAYOUT_TRANSFORMS and \
+            not moves_values_only(node.fn):
+        # the layout pass's transforms: fused, an op that computes would read the value a
+        # channel at a time (a stride of a block, or of a plane into a block) in a loop
+        # that does not vectorize. A quantized block's requantize, dequantize, add and
+        # quantize ran 3.5 ms so for 200 k values after a from_nchwc, its first quantize
+        # 276 us after a to_nchwc (against 14 for the quantize alone); alone, the
         # transform is a copy. A copy (a concatenation of blocked values) still fuses.
         return False
     if group.pattern == Pattern.INJECTIVE:

@@ -125,6 +125,10 @@ class _Rewriter:
         self.plain: dict[str, str] = {}         # a value made blocked -> its NCHW version
         self.edges: dict[tuple[str, int], str] = {}     # (NCHW value, block) -> to_nchwc
         self.notes: list[str] = []
+        self.readers: dict[str, list[Node]] = {}
+        for n in graph.nodes:
+            for v in n.inputs:
+                self.readers.setdefault(v, []).append(n)
 
     def run(self):
         for node in self.graph.nodes:
@@ -153,8 +157,10 @@ class _Rewriter:
         if self._is_std(node, "dense"):
             return self._dense(node)
         blocked_in = [v for v in node.inputs if v in self.blocked]
-        if not blocked_in or len(node.outputs) != 1:
+        if len(node.outputs) != 1:
             return False
+        if not blocked_in:                  # blocked only for convolutions reading it
+            return self._elementwise(node)
         x = node.inputs[0]
         if node.op in PER_CHANNEL and self._is_std(node, node.op) and x in self.blocked:
             vectors = tuple(self._weight_node("pack_channels", v, {"block": self._block(x)},
@@ -250,7 +256,8 @@ class _Rewriter:
         """An op reading every input at its output's indices, all of the output's shape
         (relu, add, clip ...): the same op at rank 5, on blocked inputs."""
         out_shape = self._orig_shape(node.outputs[0])
-        blocks = {self._block(v) for v in node.inputs if v in self.blocked}
+        blocks = {self._block(v) for v in node.inputs if v in self.blocked} or \
+            {self._wanted_block(node)} - {None}
         if len(out_shape) != 4 or len(blocks) != 1 or out_shape[1] % min(blocks) or \
                 classify(node.fn) != Pattern.INJECTIVE or \
                 any(self._orig_shape(v) != out_shape for v in node.inputs) or \
@@ -270,6 +277,38 @@ class _Rewriter:
         self._emit(node.op, inputs, node, dict(node.attrs), blocked=True, fn=fn,
                    opdef=node.opdef)
         return True
+
+    def _wanted_block(self, node: Node) -> int | None:
+        """The block an elementwise op of NCHW inputs takes all the same, because every
+        reader of its result is a convolution that will block it (as TVM's layout pass
+        moves a transform above elementwise ops; its other readers elementwise ops, blocked
+        in turn): an int8 model's QuantizeLinear of its input then runs blocked, with no
+        56-wide rows and their scalar tails, and no conversion of its u8 result. None
+        where not."""
+        out = node.outputs[0]
+        shape = self._orig_shape(out)
+        readers = self.readers.get(out, [])
+        if len(shape) != 4 or not readers or out in self.graph.outputs:
+            return None
+        block = self._channel_block(shape[1])
+        convs = 0
+        for r in readers:
+            if self._is_std(r, "qlinear_conv2d") or self._is_std(r, "conv2d"):
+                if r.inputs[0] != out or out in r.inputs[1:] or block is None or \
+                        (r.op == "qlinear_conv2d" and block % 4):
+                    return None
+                convs += 1
+            elif not self._blockable(r):        # another elementwise op: blocked as well
+                return None
+        return block if convs else None
+
+    def _blockable(self, node: Node) -> bool:
+        """An op reading every input at its output's indices, all of one 4-D shape."""
+        shape = self._orig_shape(node.outputs[0])
+        return len(node.outputs) == 1 and len(shape) == 4 and \
+            classify(node.fn) == Pattern.INJECTIVE and \
+            all(self._orig_shape(v) == shape for v in node.inputs) and \
+            all(reads_elementwise(node.fn, k) for k in range(len(node.inputs)))
 
     def _keep(self, node: Node) -> None:
         """An op with no blocked form: its blocked inputs are converted back to NCHW."""
