@@ -117,7 +117,7 @@ def cases(args):
     if args.resnet50:
         models.append(("ResNet-50 1x3x224x224", onnx_models.resnet50()))
     for name, model in models:
-        text, params = convert_model(model, "net")
+        text, params = convert_model(model, "net", target=args.target)
         shape = tuple(d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim)
         yield name, tdsl.loads(text)["net"], params, shape, model
 
@@ -237,7 +237,7 @@ def models_table(args):
           f"{'tuned x':>8}{'x torch':>8}{'|d| ort':>10}{'|d| torch':>10}{'kernels':>8}")
     ms_of, goals = {}, []
     for name, model in model_cases(args):
-        text, params = convert_model(model, "net")
+        text, params = convert_model(model, "net", target=t)
         g = tdsl.loads(text)["net"]
         shape = tuple(d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim)
         x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)

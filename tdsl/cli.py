@@ -503,7 +503,7 @@ def cmd_import(args) -> int:
         if not sep or not key or not value.strip().isdigit():
             raise TdslError(f"--dim {item}: expected NAME=N, N a positive integer")
         dims[key] = int(value)
-    out = import_onnx(args.model, args.output, args.name, constants, dims)
+    out = import_onnx(args.model, args.output, args.name, constants, dims, args.target)
     print(f"wrote {out.tdsl} and {out.npz} (graph {out.graph}: {out.nodes} ops, "
           f"{out.params} weights)")
     return 0
@@ -637,6 +637,9 @@ def build_parser() -> argparse.ArgumentParser:
     im.add_argument("--dim", action="append", metavar="NAME=N", default=[],
                     help="the value of a symbolic input dimension (a batch N, a sequence "
                          "length S; default 1, with a warning); repeatable")
+    im.add_argument("--target", default="c", help="the target the graph is for, where a "
+                    "layer's fastest form depends on the CPU (an int8 convolution in "
+                    "integers where it has VNNI, else in f32); " + TARGET_HELP)
     im.set_defaults(run=cmd_import)
 
     t = sub.add_parser("test", help="property-test ops: random shapes, values, schedules")

@@ -92,6 +92,13 @@ class Target(metaclass=_ParsedFromString):
         return dict(self.options).get(name, default)
 
     @property
+    def has_int8_dot(self) -> bool:
+        """Whether the CPU has an integer dot-product instruction that the int8 dot
+        product (`emit_c.helpers`' dot4_u8i8) uses: vpdpbusd (AVX-512 VNNI, AVX-VNNI)."""
+        return self.kind in ("c", "c-embedded") and \
+            bool({"__AVX512VNNI__", "__AVXVNNI__"} & self.isa)
+
+    @property
     def is_gpu(self) -> bool:
         """Whether code for this target runs as kernels of threads in blocks (CUDA, OpenCL)."""
         return self.warp > 0

@@ -32,6 +32,7 @@ import tdsl  # noqa: E402
 from tdsl.onnx_import import convert_model  # noqa: E402
 
 pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
+HOST_INT8_DOT = tdsl.target.as_target("c").has_int8_dot    # the u8 route is taken
 _TYPES = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.uint8): TensorProto.UINT8,
           np.dtype(np.int8): TensorProto.INT8, np.dtype(np.int32): TensorProto.INT32}
 
@@ -111,7 +112,8 @@ def _qconv_case(p):
 def _route(p, inits) -> str:
     """The path a case takes: "u8" (`quantized._conv_u8`), "f32" (`_conv_f32_exact`, within
     its bound) or "integer" (the generic op)."""
-    if p["xdt"] is np.uint8 and p["wdt"] is np.int8 and not np.any(inits["wz"]) and \
+    if HOST_INT8_DOT and p["xdt"] is np.uint8 and p["wdt"] is np.int8 and \
+            not np.any(inits["wz"]) and \
             not (p["depthwise"] and p["c"] > 1) and p["c"] % 4 == 0 and p["f"] % 4 == 0 and \
             len(set(p["pads"])) == 1:
         return "u8"
@@ -188,6 +190,7 @@ def test_qlinear_conv_past_the_f32_bound_keeps_the_integer_op():
     np.testing.assert_array_equal(got, _ort(m, x))
 
 
+@pytest.mark.skipif(not HOST_INT8_DOT, reason="this CPU has no int8 dot product (VNNI)")
 def test_qlinear_conv_past_the_f32_bound_takes_the_u8_route_exactly():
     """The u8 route sums in i32, so the f32 bound does not limit it: 260 channels of
     weights 127 (and -128) against u8 inputs, 4 filters, bit-exact with onnxruntime."""
@@ -242,3 +245,22 @@ def test_conv3d_of_unequal_height_and_width_strides_keeps_the_generic_op():
     assert "conv2d(" not in text and "conv3d_" in text
     np.testing.assert_allclose(got, ReferenceEvaluator(m).run(None, {"x": x})[0],
                                rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("target, route", [("c -march=icelake-server", "= qlinear_conv2d("),
+                                           ("c -march=x86-64-v3", "requantize_")])
+def test_the_target_chooses_the_int8_route(target, route):
+    """Integer sums where the target has VNNI, the float route where it has not (its
+    integer products would be 17x slower than f32 FMAs)."""
+    w = np.ones((8, 8, 3, 3), np.int8)
+    inits = {"xs": np.float32(0.02), "xz": np.uint8(7), "w": w, "ws": np.float32(1e-3),
+             "wz": np.int8(0), "ys": np.float32(0.5), "yz": np.uint8(3)}
+    node = helper.make_node("QLinearConv", ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz"],
+                            ["y"], pads=[1, 1, 1, 1])
+    g = helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info("x", TensorProto.UINT8, [1, 8, 6, 6])],
+        [helper.make_tensor_value_info("y", TensorProto.UINT8, None)],
+        [numpy_helper.from_array(np.asarray(v), k) for k, v in inits.items()])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    text, _ = convert_model(m, "net", target=target)
+    assert route in text

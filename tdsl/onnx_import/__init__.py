@@ -64,18 +64,31 @@ def symbolic_dims(model) -> list[str]:
     return out
 
 
+def _int8_dot(target) -> bool:
+    from ..target import as_target
+    try:
+        return as_target(target).has_int8_dot
+    except TdslError:                  # a target this machine can't build for
+        return False
+
+
 def convert_model(model, name: str, source: str = "an ONNX model",
                   constants: dict[str, np.ndarray] | None = None,
-                  dims: dict[str, int] | None = None) -> tuple[str, dict[str, np.ndarray]]:
+                  dims: dict[str, int] | None = None,
+                  target=None) -> tuple[str, dict[str, np.ndarray]]:
     """The .tdsl text of ``model`` (an ``onnx.ModelProto``) as graph ``name``, and its
     weights by param name. ``constants`` gives values for graph inputs, which are then
     constants of the graph rather than its inputs; ``dims`` the values of symbolic input
-    dimensions (by their names; 1 for those not given, with a warning)."""
+    dimensions (by their names; 1 for those not given, with a warning). ``target`` (the
+    host's C by default) is what the text is for where the fastest form of a layer depends
+    on the CPU: an int8 convolution sums in integers where it has an int8 dot product
+    (VNNI), else in f32 (`quantized.qlinear_conv`)."""
     onnx = _onnx()
     from onnx import numpy_helper
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
     g = model.graph
     cv = Converter(g, opset, name)
+    cv.int8_dot = _int8_dot(target)
     for init in g.initializer:
         cv.static[init.name] = numpy_helper.to_array(init)
     names = {inp.name for inp in g.input}
@@ -177,9 +190,9 @@ def _text(cv: Converter, name, source, opset, outs) -> str:
 
 def import_onnx(model_path, output, name: str | None = None,
                 constants: dict[str, np.ndarray] | None = None,
-                dims: dict[str, int] | None = None) -> Imported:
+                dims: dict[str, int] | None = None, target=None) -> Imported:
     """Read ``model_path``, write ``output`` (a .tdsl) and its weights beside it (.npz);
-    ``constants`` and ``dims`` as `convert_model`'s."""
+    ``constants``, ``dims`` and ``target`` as `convert_model`'s."""
     onnx = _onnx()
     output = Path(output)
     if output.suffix != ".tdsl":
@@ -192,7 +205,8 @@ def import_onnx(model_path, output, name: str | None = None,
     name = name or output.stem
     if not name.isidentifier():
         raise TdslError(f"'{name}' can't name a graph: say --name NAME")
-    text, params = convert_model(model, name, Path(model_path).name, constants, dims)
+    text, params = convert_model(model, name, Path(model_path).name, constants, dims,
+                                 target)
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(text)
     npz = output.with_suffix(".npz")

@@ -66,6 +66,7 @@ class Converter:
     def __init__(self, graph, opset: int, name: str):
         self.graph, self.opset, self.name = graph, opset, name
         self.static: dict[str, np.ndarray] = {}
+        self.int8_dot = False     # the target has an int8 dot product (convert_model's)
         self.tensors: dict[str, Tensor] = {}
         self.used: set[str] = set()
         self.params: dict[str, np.ndarray] = {}

@@ -64,7 +64,7 @@ class OnnxModule:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", TdslWarning)   # the dims left at 1 are unused
             text, params = convert_model(self.model, "model", "an ONNX model",
-                                         self.constants, dims)
+                                         self.constants, dims, self.target)
         built = tdsl.loads(text)["model"].build(self.target, params=params,
                                                 **self.build_options)
         self._built[key] = built

@@ -385,8 +385,13 @@ def _conv_u8(cv, node, a, relu=False) -> bool:
     (the weights' per tensor or per output channel), constant i8 weights of zero point 0,
     no grouping, multiples of 4 channels in and out (the dot product's groups; others run
     faster on the float route), one stride, dilation and padding for every side, a
-    constant i32 bias, and B within i32."""
+    constant i32 bias, B within i32, and a target with an int8 dot product (VNNI): without
+    one, integer products run at a fraction of the f32 FMA rate (x86-64-v3, 64 -> 64
+    channels 3x3 at 56x56: 35 ms against 2.1 for the float route), and the float route
+    is exact within its bound."""
     from .conv import _attrs, _pads
+    if not cv.int8_dot:
+        return False
     x = list(node.input) + [""] * (9 - len(node.input))
     xt = cv.tensors.get(x[0])
     w, ws = cv.static.get(x[3]), cv.static.get(x[4])
