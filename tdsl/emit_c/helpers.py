@@ -135,6 +135,10 @@ _TO_INT_SAT_VECTOR_WHOLE = """\
     c = ({v})((m & ({mv})c) | (~m & ({mv})vtop));
     c = ({v})(({mv})c & ~(x != x));
 {narrow}    return __builtin_convertvector(__builtin_convertvector(c, {mv}), {vi});"""
+_TO_INT_SAT_VECTOR_LANES = """\
+    {vi} r;
+    for (int j = 0; j < {lanes}; j++) r[j] = {scalar}(x[j]);
+    return r;"""
 
 # Integer vectors narrowed (in range: truncation is exact) and widened with the x86
 # instructions for it (vpmovdb, vpmovzxbd ...): gcc 12 builds a u8 vector's round trip
@@ -145,18 +149,14 @@ _X86_CONVERT = {16: ("defined(__AVX512F__)", "__m512i", "_mm512"),
                 8: ("defined(__AVX512VL__)", "__m256i", "_mm256")}
 _X86_WIDEN = {16: ("defined(__AVX512F__)", "_mm512"), 8: ("defined(__AVX2__)", "_mm256")}
 _WIDEN_VECTOR = """\
-{head}{q} {vo} tdsl_widen_{vd}_{vod}({v} x) {{
+{q} {vo} tdsl_widen_{vd}_{vod}({v} x) {{
 {fast}    return __builtin_convertvector(x, {vo});
 }}"""
-_TO_INT_SAT_VECTOR_LANES = """\
-    {vi} r;
-    for (int j = 0; j < {lanes}; j++) r[j] = {scalar}(x[j]);
-    return r;"""
 
 # rint of a GNU vector of f32 (round half to even, numpy's rint): one vrndscaleps /
 # vroundps where the target has it, else a lane loop of rintf.
 _ROUND_VECTOR = """\
-{head}{q} {v} tdsl_round_{vd}({v} x) {{
+{q} {v} tdsl_round_{vd}({v} x) {{
 {fast}    for (int j = 0; j < {lanes}; j++) x[j] = rintf(x[j]);
     return x;
 }}"""
@@ -168,7 +168,7 @@ _ROUND_VECTOR = """\
 # VNNI has vpmaddubsw, but it saturates the sum of two products to i16 (255 * 127 * 2 >
 # 32767), so it is not used: the results stay bit-exact on every target.
 _DOT4_U8I8 = """\
-{vnni}{q} {v} tdsl_dot4_u8i8_{vd}({v} acc, {va} a, {vb} b) {{
+{q} {v} tdsl_dot4_u8i8_{vd}({v} acc, {va} a, {vb} b) {{
 {fast}    for (int j = 0; j < {lanes}; j++)
         acc[j] += (int32_t)a[0] * b[4 * j] + (int32_t)a[1] * b[4 * j + 1]
                   + (int32_t)a[2] * b[4 * j + 2] + (int32_t)a[3] * b[4 * j + 3];
@@ -558,10 +558,11 @@ class Helpers:
         bits = 8 * _SIZES[it]
         if fs == "f32" and bits in (8, 16) and int(lanes) in _X86_CONVERT:
             guard, m, pre = _X86_CONVERT[int(lanes)]
+            narrow = max(128, int(lanes) * bits)          # the narrowed vector's bits
             fields["narrow"] = (
-                f"#if {guard}\n    {{ __m{int(lanes) * bits if int(lanes) * bits > 128 else 128}i n = "
-                f"{pre}_cvtepi32_epi{bits}(({m})__builtin_convertvector(c, {fields['mv']}));"
-                f" {vi} r; memcpy(&r, &n, sizeof r); return r; }}\n#endif\n")
+                f"#if {guard}\n    {{ __m{narrow}i n = {pre}_cvtepi32_epi{bits}(({m})"
+                f"__builtin_convertvector(c, {fields['mv']})); {vi} r; "
+                f"memcpy(&r, &n, sizeof r); return r; }}\n#endif\n")
             self._x86_header()
         body = (_TO_INT_SAT_VECTOR_WHOLE if top >= hi else _TO_INT_SAT_VECTOR_LANES)
         self._add(f"to_int_{float_dtype}_{int_dtype}", _TO_INT_SAT_VECTOR, fs,
@@ -574,7 +575,7 @@ class Helpers:
         """A GNU vector of 8- or 16-bit integers converted to one of ``wide`` ("i32x16")."""
         src, lanes = dtype.split("x")
         v, vo = self.vector(src, int(lanes)), self.vector(wide.split("x")[0], int(lanes))
-        fast = head = ""
+        fast = ""
         bits = 8 * _SIZES[src]
         if wide.startswith("i32x") and bits in (8, 16) and int(lanes) in _X86_WIDEN:
             guard, pre = _X86_WIDEN[int(lanes)]
@@ -585,10 +586,11 @@ class Helpers:
                 fast = fast.replace("__m128i m = _mm_setzero_si128()", "__m256i m")
             self._x86_header()
         self._add(f"widen_{dtype}_{wide}", _WIDEN_VECTOR, src, v=v, vo=vo, vd=dtype,
-                  vod=wide, fast=fast, head=head)
+                  vod=wide, fast=fast)
         return f"tdsl_widen_{dtype}_{wide}"
 
     def _x86_header(self) -> None:
+        """x86's intrinsics, for the helpers that use them under their ISA's macro."""
         self._add("x86_intrinsics", "#if defined(__SSE2__)\n#include <immintrin.h>\n#endif")
 
     def round_vector(self, dtype: str) -> str:
@@ -598,21 +600,21 @@ class Helpers:
         x86 = {16: ("defined(__AVX512F__)", "_mm512_roundscale_ps", "__m512"),
                8: ("defined(__AVX__)", "_mm256_round_ps", "__m256"),
                4: ("defined(__SSE4_1__)", "_mm_round_ps", "__m128")}.get(lanes)
-        head = fast = ""
+        fast = ""
         if x86:
             guard, fn, m = x86
-            head = f"#if {guard}\n#include <immintrin.h>\n#endif\n"
+            self._x86_header()
             fast = (f"#if {guard}\n    return ({v}){fn}(({m})x, _MM_FROUND_TO_NEAREST_INT | "
                     f"_MM_FROUND_NO_EXC);\n#endif\n")
         self._add(f"round_{dtype}", _ROUND_VECTOR, "f32", v=v, vd=dtype, lanes=lanes,
-                  head=head, fast=fast)
+                  fast=fast)
         return f"tdsl_round_{dtype}"
 
     def dot4_u8i8(self, dtype: str) -> str:
         """The int8 dot product on ``dtype`` ("i32x16") accumulators (`_DOT4_U8I8`)."""
         lanes = int(dtype.split("x")[1])
         v, va, vb = self.vector("i32", lanes), self.vector("u8", 4), self.vector("i8", 4 * lanes)
-        fast = vnni = ""
+        fast = ""
         if lanes in _VNNI:
             guard, fn, m, bcast = _VNNI[lanes]
             def step(fn):
@@ -622,9 +624,9 @@ class Helpers:
             if lanes in _AVX_VNNI:
                 fast += "#elif defined(__AVXVNNI__)\n" + step(_AVX_VNNI[lanes])
             fast += "#endif\n"
-            vnni = "#if defined(__AVX512VNNI__) || defined(__AVXVNNI__)\n#include <immintrin.h>\n#endif\n"
+            self._x86_header()
         self._add(f"dot4_u8i8_{dtype}", _DOT4_U8I8, "i32", v=v, vd=dtype, va=va, vb=vb,
-                  lanes=lanes, fast=fast, vnni=vnni)
+                  lanes=lanes, fast=fast)
         return f"tdsl_dot4_u8i8_{dtype}"
 
     def requantize(self) -> str:
