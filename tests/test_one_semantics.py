@@ -242,6 +242,64 @@ def test_vectorized_float_to_int_casts_saturate():
             np.testing.assert_array_equal(g, w, err_msg=where)
 
 
+CLAMPED_CASTS = """
+op clamped(X: f32[N]) -> (A: u8[N], B: i8[N], C: u8[N], D: i16[N]) {
+    A[i] = u8(min(max(round(X[i] * 0.5) + 3.0, 0.0), 255.0))
+    B[i] = i8(max(min(X[i], 300.0), -128.0))
+    C[i] = u8(min(max(X[i], 10.0), 200.0))
+    D[i] = i16(min(40000.0, X[i]))
+}
+"""
+
+
+@needs_gcc
+@pytest.mark.parametrize("vector", [False, True])
+def test_a_clamp_past_the_range_of_the_cast_is_dropped(vector):
+    """``u8(min(max(v, 0), 255))`` is ``u8(v)``: the cast saturates and NaN gives 0 either
+    way, so the simplifier drops the clamp; one inside the range (C) stays."""
+    from tdsl.emit_c.c import emit_c
+    op = tdsl.loads(CLAMPED_CASTS)["clamped"]
+    sched = op.schedule("naive")
+    if vector:
+        for out in "ABCD":
+            sched = sched.split(out, "i", 16, outer="o", inner="l").vectorize(out, "l")
+    body = emit_c(op.lower(sched)).source.split("static int")[-1]
+    for out in "ABCD":                      # each store, vector and scalar
+        stores = [line for line in body.split("\n")
+                  if f"&{out}[" in line or line.strip().startswith(f"{out}[")]
+        assert stores and all(("_min_" in line) == (out == "C") for line in stores), out
+    x = np.array(CAST_EDGES * 2, np.float32)[:67]
+    got = op.build(schedule=sched, shapes={"N": x.size})(x)
+    for g, w in zip(got, op.reference(x)):
+        np.testing.assert_array_equal(g, w)
+    half = np.rint(x * np.float32(0.5)) + np.float32(3.0)
+    np.testing.assert_array_equal(got[0], [_saturated(float(v), "u8") for v in half])
+
+
+@needs_gcc
+@pytest.mark.parametrize("vector", [False, True])
+def test_min_max_with_a_constant_keep_nans(vector):
+    """A clamp against a constant is one compare and select (the constant is no NaN), with
+    numpy's results: NaN propagates from either side. (Which zero a tie of -0.0 and 0.0
+    gives, IEEE leaves open and numpy's own loops differ on.)"""
+    op = tdsl.loads("op k(X: f32[N]) -> (A: f32[N], B: f32[N], C: f32[N], D: f32[N]) {\n"
+                    "    A[i] = max(X[i], 0.0)\n    B[i] = max(-0.0, X[i])\n"
+                    "    C[i] = min(X[i], -0.0)\n    D[i] = min(6.0, max(0.0, X[i]))\n}")["k"]
+    sched = op.schedule("naive")
+    if vector:
+        for out in "ABCD":
+            sched = sched.split(out, "i", 8, outer="o", inner="l").vectorize(out, "l")
+    k = op.build(schedule=sched, shapes={"N": 35})
+    assert "_xk_f32" in k.source and "_kx_f32" in k.source
+    x = np.array([np.nan, 0.0, -0.0, 1.0, -1.0, 6.0, 7.0, np.inf, -np.inf, -np.nan] * 4,
+                 np.float32)[:35]
+    zero, six = np.float32(0.0), np.float32(6.0)
+    want = [np.maximum(x, zero), np.maximum(-zero, x), np.minimum(x, -zero),
+            np.minimum(six, np.maximum(zero, x))]
+    for g, w in zip(k(x), want):
+        np.testing.assert_array_equal(g, w)
+
+
 def test_casts_from_integers_and_constants_need_no_clamp():
     """The fast path: an integer source is the plain C cast, a constant folds; the helper
     is emitted only for a float source, once per pair of types."""

@@ -21,7 +21,7 @@ from ..errors import BuildError
 from ..lowering import te
 from ..lowering.dtypes import (MINIFLOATS, cast_array, is_float, is_int, is_unsigned, to_c,
                                to_numpy)
-from ..lowering.loop_ir import Buffer, BufferLoad, Ramp, ReadFault, split_dtype
+from ..lowering.loop_ir import Broadcast, Buffer, BufferLoad, Ramp, ReadFault, split_dtype
 from .helpers import Helpers, element_size
 from .lanes import LaneOf, contiguous_base, flat_offset, lanes_of
 from .names import C_KEYWORDS, LIBRARY_NAMES, Namer
@@ -189,6 +189,13 @@ class CExpressionPrinter:
         dtype, name = e.dtype, e.name
         args = [self.expr(a) for a in e.args]
         if name in ("min", "max"):
+            const = [_float_constant(a) for a in e.args]
+            if is_float(split_dtype(dtype)[0]) and any(c is not None and not math.isnan(c)
+                                                       for c in const):
+                first = const[0] is not None and not math.isnan(const[0])
+                helper = self.helpers.min_max_const(dtype, name, first)
+                x, k = (args[1], args[0]) if first else (args[0], args[1])
+                return f"{helper}({x}, {k})", POSTFIX
             return f"{self.helpers.min_max(dtype, name)}({args[0]}, {args[1]})", POSTFIX
         if name == "requantize":
             if len(args) != 3:
@@ -341,3 +348,10 @@ def c_literal(value, dtype: str) -> tuple[str, int]:
 
 def _constant_only(e: te.Expr) -> bool:
     return all(not isinstance(x, (te.Var, BufferLoad, LaneOf)) for x in te.walk(e))
+
+
+def _float_constant(e: te.Expr) -> float | None:
+    """The value of a float constant, or of one broadcast to every lane; else None."""
+    if isinstance(e, Broadcast):
+        e = e.value
+    return float(e.value) if isinstance(e, te.Const) and is_float(e.dtype) else None

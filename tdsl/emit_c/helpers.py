@@ -96,6 +96,20 @@ typedef {it} {mv} __attribute__((vector_size({bytes})));
     return ({v})((m & ({mv})a) | (~m & ({mv})b));
 }}"""
 
+# min/max of a float and a constant that is not NaN (ReLU6's clamp, a quantize's range): a
+# NaN can only come from x, so one compare and a select keep it (the general helpers above
+# test both operands: two compares, an or and a blend). {op} is ``<`` for min and ``>`` for
+# max; ``k`` is picked on a tie when it is the first argument, as the general helpers do
+# (the sign of a zero survives).
+_MINMAX_CONST = """\
+{q} {t} tdsl_{name}{first}_{d}({t} x, {t} k) {{ return k {op}{tie} x ? k : x; }}"""
+_MINMAX_CONST_VECTOR = """\
+typedef {it} {mv} __attribute__((vector_size({bytes})));
+{q} {v} tdsl_{name}{first}_{vd}({v} x, {v} k) {{
+    {mv} m = k {op}{tie} x;
+    return ({v})((m & ({mv})k) | (~m & ({mv})x));
+}}"""
+
 _ABS_INT = "{q} {t} tdsl_abs_{d}({t} a) {{ return a < 0 ? ({t})-a : a; }}"
 
 # A float to an integer type: truncate toward zero, saturate to the type's range, NaN -> 0
@@ -129,12 +143,27 @@ typedef {mt} {mv} __attribute__((vector_size({bytes})));
 }}"""
 _TO_INT_SAT_VECTOR_WHOLE = """\
     const {v} vlo = ({v}){{0}} + {lo}, vtop = ({v}){{0}} + {top};
-    {mv} m = x > vlo;                  /* false for NaN: lo, then 0 below */
+{clamp}{narrow}    return __builtin_convertvector(__builtin_convertvector(c, {mv}), {vi});"""
+# The clamp: x86's maxps returns its second operand where either is NaN, so max(x, lo)
+# gives lo for a NaN (0 for the unsigned types, with no mask); the GNU form compares and
+# blends (gcc does not know that maxps is that select).
+_SAT_CLAMP_GNU = """\
+    {mv} m = x > vlo;                  /* false for NaN: lo */
     {v} c = ({v})((m & ({mv})x) | (~m & ({mv})vlo));
     m = c < vtop;
     c = ({v})((m & ({mv})c) | (~m & ({mv})vtop));
-    c = ({v})(({mv})c & ~(x != x));
-{narrow}    return __builtin_convertvector(__builtin_convertvector(c, {mv}), {vi});"""
+"""
+_SAT_CLAMP_X86 = """\
+#if {guard}
+    {v} c = ({v}){pre}_min_ps({pre}_max_ps(({m})x, ({m})vlo), ({m})vtop);
+#else
+{gnu}#endif
+"""
+_SAT_NAN_TO_ZERO = "    c = ({v})(({mv})c & ~(x != x));    /* NaN -> 0, not lo */\n"
+# per lanes of f32: the guard, the intrinsics' prefix and type
+_X86_FLOAT = {16: ("defined(__AVX512F__)", "_mm512", "__m512"),
+              8: ("defined(__AVX__)", "_mm256", "__m256"),
+              4: ("defined(__SSE__)", "_mm", "__m128")}
 _TO_INT_SAT_VECTOR_LANES = """\
     {vi} r;
     for (int j = 0; j < {lanes}; j++) r[j] = {scalar}(x[j]);
@@ -458,6 +487,22 @@ class Helpers:
                   u="uint32_t" if dtype == "f32" else "uint64_t")
         return f"tdsl_{name}_{dtype}"
 
+    def min_max_const(self, dtype: str, name: str, const_first: bool) -> str:
+        """`min_max` of a float (scalar or GNU vector) and a constant that is not NaN,
+        called as ``helper(x, k)`` (`_MINMAX_CONST`)."""
+        first = "_kx" if const_first else "_xk"
+        fields = dict(name=name, first=first, op="<" if name == "min" else ">",
+                      tie="=" if const_first else "")
+        if "x" in dtype:
+            scalar, lanes = dtype.split("x")
+            self._add(f"{name}{first}_{dtype}", _MINMAX_CONST_VECTOR, scalar,
+                      v=self.vector(scalar, int(lanes)), vd=dtype,
+                      it={"f32": "int32_t", "f64": "int64_t"}[scalar],
+                      mv=f"tdsl_mask_{dtype}", bytes=int(lanes) * _SIZES[scalar], **fields)
+        else:
+            self._add(f"{name}{first}_{dtype}", _MINMAX_CONST, dtype, **fields)
+        return f"tdsl_{name}{first}_{dtype}"
+
     def abs_int(self, dtype: str) -> str:
         self._add(f"abs_{dtype}", _ABS_INT, dtype)
         return f"tdsl_abs_{dtype}"
@@ -564,6 +609,14 @@ class Helpers:
                 f"__builtin_convertvector(c, {fields['mv']})); {vi} r; "
                 f"memcpy(&r, &n, sizeof r); return r; }}\n#endif\n")
             self._x86_header()
+        clamp = _SAT_CLAMP_GNU
+        if fs == "f32" and int(lanes) in _X86_FLOAT:
+            guard, pre, m = _X86_FLOAT[int(lanes)]
+            clamp = _SAT_CLAMP_X86.format(guard=guard, pre=pre, m=m, gnu=clamp, v="{v}",
+                                          mv="{mv}")
+            self._x86_header()
+        fields["clamp"] = clamp.format(**fields) + (_SAT_NAN_TO_ZERO.format(**fields)
+                                                    if lo < 0 else "")
         body = (_TO_INT_SAT_VECTOR_WHOLE if top >= hi else _TO_INT_SAT_VECTOR_LANES)
         self._add(f"to_int_{float_dtype}_{int_dtype}", _TO_INT_SAT_VECTOR, fs,
                   body=body.format(**fields), vd=float_dtype, vid=int_dtype,
