@@ -38,8 +38,8 @@ from .target import as_target, host_ghz
 def kernel_times(module, inputs, passes: int = 20):
     """``(compiled graph, seconds per kernel)``: each fused kernel of a graph module timed
     alone on these inputs, in the model's order, the best of ``passes`` passes."""
-    module(*inputs)
-    compiled, _, runs, _, _ = module._last    # the kernels bound to this call's buffers
+    bound = module._staged(inputs)      # the kernels bound to these inputs' copies
+    compiled, runs = bound.compiled, bound.runs
     best = [float("inf")] * len(runs)
     for _ in range(passes):
         for i, run in enumerate(runs):

@@ -1,6 +1,7 @@
 """A graph module runs its kernels from one C entry point (`emit_c.graph_runner`): the
 same results as calling each kernel from Python, a kernel's fault raised as that kernel
-raises it, and rank-0 inputs read afresh at every call."""
+raises it, rank-0 inputs read afresh at every call, and the caller's arrays read where
+they lie, the outputs fresh arrays of each call's own."""
 from __future__ import annotations
 
 import shutil
@@ -38,7 +39,7 @@ def graph():
 
 def _loop(module):
     """The kernels called one by one from Python, as before the runner."""
-    for run in module._last[2]:
+    for run in module._last.runs:
         run()
 
 
@@ -48,18 +49,18 @@ def test_one_c_call_runs_every_kernel_in_order(graph):
     idx = np.array([7, 0, 5], np.int32)
     y = module(x, idx, np.array(2.0, np.float32))
     np.testing.assert_array_equal(y, np.maximum(x * 2, 0)[idx])
-    compiled, _, runs, _, run = module._last
+    compiled, runs, run = module._last.compiled, module._last.runs, module._last.run
     assert isinstance(run, GraphRunner) and len(runs) == len(compiled.kernels) == 3
     source, slots = runner_source(run._calls)
     assert source.count("if ((status = ") == 3
     # each kernel's address and its arrays', the scalar's too: nothing else is a pointer
     assert slots == 3 + sum(len(f.inputs) + len(f.outputs) for f in compiled.functions)
     # the runner and the per-kernel loop agree on fresh inputs
-    module._last[1]["x"][:] = np.linspace(-1, 1, 8, dtype=np.float32)
+    module._last.inputs["x"][:] = np.linspace(-1, 1, 8, dtype=np.float32)
     run()
-    from_c = module._last[3][0].copy()
+    from_c = module._last.outputs[0].copy()
     _loop(module)
-    np.testing.assert_array_equal(from_c, module._last[3][0])
+    np.testing.assert_array_equal(from_c, module._last.outputs[0])
 
 
 def test_a_rank_0_input_is_read_at_every_call(graph):
@@ -79,3 +80,42 @@ def test_a_kernels_read_fault_is_its_call_error(graph):
     # the module is still usable after the fault
     np.testing.assert_array_equal(module(x, np.array([0, 7, 1], np.int32),
                                          np.array(1.0, np.float32)), np.ones(3, np.float32))
+
+
+TWO_OUTPUTS = """
+import std
+
+op scaled(X: f32[N], s: f32) -> Y: f32[N] {
+    Y[i] = X[i] * s
+}
+
+graph two(x: f32[8], s: f32) -> (y: f32[8], z: f32[8]) {
+    y = relu(x)
+    t = scaled(x, s)
+    z = relu(t)
+}
+"""
+
+
+def test_calls_bind_the_callers_arrays_and_return_their_own_outputs():
+    module = tdsl.loads(TWO_OUTPUTS)["two"].build()
+    rng = np.random.default_rng(0)
+    x1, x2 = (rng.standard_normal(8).astype(np.float32) for _ in range(2))
+    y1, z1 = module(x1, np.array(1.0, np.float32))
+    bound = module._last
+    assert all(slots for slots in bound.input_slots[:1]) and bound.output_slots is not None
+    y2, z2 = module(x2, np.array(-1.0, np.float32))
+    # the first call's outputs are not the second's buffers: they keep their values
+    np.testing.assert_array_equal(y1, np.maximum(x1, 0))
+    np.testing.assert_array_equal(z1, np.maximum(x1, 0))
+    np.testing.assert_array_equal(y2, np.maximum(x2, 0))
+    np.testing.assert_array_equal(z2, np.maximum(-x2, 0))
+    assert len({id(a) for a in (y1, z1, y2, z2)}) == 4
+    # a strided input is copied in, not bound; the staging buffers held nothing of x2
+    wide = rng.standard_normal(16).astype(np.float32)
+    y3, _ = module(wide[::2], np.array(1.0, np.float32))
+    np.testing.assert_array_equal(y3, np.maximum(wide[::2], 0))
+    np.testing.assert_array_equal(module(x2, np.array(1.0, np.float32))[0], y2)
+    # the table points at the staging buffers again between calls
+    run = bound.run
+    assert run.slots_of(bound.inputs["x"]) == bound.input_slots[0]

@@ -71,3 +71,33 @@ class GraphRunner:
         status = self._entry(self._table, self._failed)
         if status != 0:
             self._calls[self._failed[0]].kernel.raise_status(status)
+
+    def slots_of(self, array) -> tuple[int, ...] | None:
+        """The table slots that hold ``array``'s address, for `run_on` to point elsewhere;
+        None where a slot points into it past its start (a view of part of it, which
+        pointing its slots elsewhere would leave behind)."""
+        start = array.ctypes.data
+        end = start + array.nbytes
+        slots = []
+        for i in range(len(self._table)):
+            address = int(self._ffi.cast("uintptr_t", self._table[i]))
+            if address == start:
+                slots.append(i)
+            elif start < address < end:
+                return None
+        return tuple(slots)
+
+    def run_on(self, bindings: list[tuple[tuple[int, ...], int]]) -> None:
+        """A run with the slots of each ``(slots, address)`` pointing at ``address``: a
+        graph's inputs and outputs bound per call, with no copy. The table is restored
+        after, so that it never holds an address the caller may free."""
+        ffi, table = self._ffi, self._table
+        saved = [(i, table[i]) for slots, _ in bindings for i in slots]
+        try:
+            for slots, address in bindings:
+                for i in slots:
+                    table[i] = ffi.cast("void *", address)
+            self()
+        finally:
+            for i, old in saved:
+                table[i] = old
