@@ -129,6 +129,20 @@ def test_vector_float_to_integer_casts_saturate_as_the_scalar_ones(fdt, idt):
     np.testing.assert_array_equal(vec(x), scalar(x))
 
 
+@pytest.mark.parametrize("idt", ["u8", "i8", "i16", "u16"])
+def test_a_float_through_a_small_integer_and_back_is_the_two_casts(idt):
+    """``f32(u8(x))`` (a requantize, then the dequantize after it) clamps and truncates
+    in floats, as one helper: the two casts' values, NaN -> 0 included."""
+    rng = np.random.default_rng(5)
+    x = np.resize(np.concatenate([SPECIAL, SPECIAL[::-1], rng.standard_normal(64) * 1e3]),
+                  128).astype(np.float32)
+    src = f"op c(X: f32[N]) -> Y: f32[N] {{ Y[i] = f32({idt}(X[i] * 0.5)) * 2.0 }}"
+    vec, scalar = _vector_and_scalar(src, 128)
+    assert f"_through_{idt}(" in vec.source
+    np.testing.assert_array_equal(vec(x), scalar(x))
+    np.testing.assert_array_equal(vec(x), tdsl.loads(src)["c"].reference(x))
+
+
 @pytest.mark.parametrize("idt", ["u8", "i8", "i16", "i32"])
 def test_vector_integer_to_float_and_round_match_the_scalar_ones(idt):
     info = np.iinfo({"u8": np.uint8, "i8": np.int8, "i16": np.int16, "i32": np.int32}[idt])

@@ -157,6 +157,11 @@ class CExpressionPrinter:
             return self._dispatch(e.a)(e.a)
         if lanes_of(e) > 1:                     # GNU vectors (lanes.simd_expressible)
             src, dst = split_dtype(e.a.dtype)[0], split_dtype(e.dtype)[0]
+            if dst == "f32" and isinstance(e.a, te.Cast) and is_int(src) and \
+                    element_size(src) <= 2 and e.a.a.dtype == e.dtype:
+                # f32(u8(x)): clamped and truncated in floats (helpers._THROUGH_INT_VECTOR)
+                helper = self.helpers.through_int_vector(e.dtype, src)
+                return f"{helper}({self.expr(e.a.a)})", POSTFIX
             if is_float(src) and is_int(dst):   # saturating, NaN -> 0, as the scalar one
                 return f"{self.helpers.to_int_sat_vector(e.a.dtype, e.dtype)}" \
                        f"({self.expr(e.a)})", POSTFIX

@@ -164,6 +164,16 @@ _SAT_NAN_TO_ZERO = "    c = ({v})(({mv})c & ~(x != x));    /* NaN -> 0, not lo *
 _X86_FLOAT = {16: ("defined(__AVX512F__)", "_mm512", "__m512"),
               8: ("defined(__AVX__)", "_mm256", "__m256"),
               4: ("defined(__SSE__)", "_mm", "__m128")}
+# A float vector through a small integer type and back (``f32(u8(x))``: a requantize and
+# the dequantize after it): the same clamp, then a truncation in the float's own width. The
+# conversion to u8 and back was four instructions (vcvttps2dq, vpmovdb, vpmovzxbd,
+# vcvtdq2ps); this is two, and exact, since every value of the type is a float.
+_THROUGH_INT_VECTOR = """\
+typedef {mt} {mv} __attribute__((vector_size({bytes})));
+{q} {v} tdsl_{vd}_through_{id}({v} x) {{
+    const {v} vlo = ({v}){{0}} + {lo}, vtop = ({v}){{0}} + {top};
+{clamp}    return __builtin_convertvector(__builtin_convertvector(c, {mv}), {v});
+}}"""
 _TO_INT_SAT_VECTOR_LANES = """\
     {vi} r;
     for (int j = 0; j < {lanes}; j++) r[j] = {scalar}(x[j]);
@@ -609,20 +619,37 @@ class Helpers:
                 f"__builtin_convertvector(c, {fields['mv']})); {vi} r; "
                 f"memcpy(&r, &n, sizeof r); return r; }}\n#endif\n")
             self._x86_header()
-        clamp = _SAT_CLAMP_GNU
-        if fs == "f32" and int(lanes) in _X86_FLOAT:
-            guard, pre, m = _X86_FLOAT[int(lanes)]
-            clamp = _SAT_CLAMP_X86.format(guard=guard, pre=pre, m=m, gnu=clamp, v="{v}",
-                                          mv="{mv}")
-            self._x86_header()
-        fields["clamp"] = clamp.format(**fields) + (_SAT_NAN_TO_ZERO.format(**fields)
-                                                    if lo < 0 else "")
+        fields["clamp"] = self._sat_clamp(fs, int(lanes), lo, fields)
         body = (_TO_INT_SAT_VECTOR_WHOLE if top >= hi else _TO_INT_SAT_VECTOR_LANES)
         self._add(f"to_int_{float_dtype}_{int_dtype}", _TO_INT_SAT_VECTOR, fs,
                   body=body.format(**fields), vd=float_dtype, vid=int_dtype,
                   mt={"f32": "int32_t", "f64": "int64_t"}[fs],
                   bytes=int(lanes) * _SIZES[fs], **fields)
         return f"tdsl_{float_dtype}_to_{int_dtype}"
+
+    def through_int_vector(self, float_dtype: str, int_type: str) -> str:
+        """``f32(u8(x))`` on a GNU vector of f32 (`_THROUGH_INT_VECTOR`), for integer types
+        of at most 16 bits."""
+        fs, lanes = float_dtype.split("x")
+        assert fs == "f32" and _SIZES[int_type] <= 2, (float_dtype, int_type)
+        v = self.vector(fs, int(lanes))
+        lo, hi = int_range(int_type)
+        fields = dict(v=v, mv=f"tdsl_imask_{float_dtype}", lo=_float_literal(lo, fs),
+                      top=_float_literal(hi, fs))
+        self._add(f"through_{float_dtype}_{int_type}", _THROUGH_INT_VECTOR, fs,
+                  clamp=self._sat_clamp(fs, int(lanes), lo, fields), vd=float_dtype,
+                  id=int_type, mt="int32_t", bytes=int(lanes) * 4, **fields)
+        return f"tdsl_{float_dtype}_through_{int_type}"
+
+    def _sat_clamp(self, fs: str, lanes: int, lo: int, fields: dict) -> str:
+        """The saturating conversions' clamp of ``x`` to ``c`` (`_SAT_CLAMP_X86`)."""
+        clamp = _SAT_CLAMP_GNU
+        if fs == "f32" and lanes in _X86_FLOAT:
+            guard, pre, m = _X86_FLOAT[lanes]
+            clamp = _SAT_CLAMP_X86.format(guard=guard, pre=pre, m=m, gnu=clamp, v="{v}",
+                                          mv="{mv}")
+            self._x86_header()
+        return clamp.format(**fields) + (_SAT_NAN_TO_ZERO.format(**fields) if lo < 0 else "")
 
     def widen_vector(self, dtype: str, wide: str) -> str:
         """A GNU vector of 8- or 16-bit integers converted to one of ``wide`` ("i32x16")."""
