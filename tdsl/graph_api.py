@@ -297,10 +297,11 @@ class GraphModule:
     """A compiled graph: ``y = module(x)`` on numpy arrays (a tuple for several outputs).
 
     ``module.compiled(...)`` is the `CompiledGraph` for the sizes of some inputs (its
-    ``plan``, ``groups``, ``kernels``). The kernels are bound once per input shapes to
-    fixed buffers (the inputs are copied in, the outputs copied out), so a call checks and
-    marshals nothing per kernel; for the same reason one module is not to be called from
-    two threads at once."""
+    ``plan``, ``groups``, ``kernels``). The kernels are bound once per input shapes, so a
+    call checks and marshals nothing per kernel: it points the bound table at the caller's
+    arrays and at fresh outputs (strided or bool inputs are copied into buffers of the
+    binding's own); for the same reason one module is not to be called from two threads
+    at once."""
 
     def __init__(self, graph: Graph, weights, target, fuse_ops, fold_consts, shapes, flags,
                  tuning_log=None, blocked: bool = False, winograd: bool = True):
