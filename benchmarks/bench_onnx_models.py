@@ -197,7 +197,7 @@ def main(argv=None) -> int:
                 for k in (runs if r % 2 == 0 else reversed(list(runs))):
                     got[k].append(runs[k]())
             ms = {k: statistics.median(v) * 1e3 for k, v in got.items()}
-            kernels = len(gm._last[0].functions)
+            kernels = len(gm._last.compiled.functions)
             print(f"{name:<34}{ms['tdsl']:10.3f}{ms['ort']:10.3f}"
                   f"{ms['ort'] / ms['tdsl']:8.2f}{kernels:>9}{diff:12.2e}", flush=True)
             if name.startswith(("conv1d", "conv2d")):

@@ -112,24 +112,37 @@ def test_matmul_of_4d_batches_calls_std_batch_matmul():
     np.testing.assert_allclose(out, a @ b, rtol=1e-4, atol=1e-4)
 
 
-def test_exported_attention_op_carries_its_row_local_schedule():
+@pytest.mark.parametrize("k_layout, perm", [
+    ("rows", [0, 1, 3, 2]),         # PyTorch's K.transpose(-2, -1) of [b, h, l, x]
+    ("split", [0, 2, 3, 1]),        # the heads' split [b, l, h, x] -> [b, h, x, l]
+    ("columns", None),              # K given as [b, h, x, l]: read in place
+])
+def test_exported_attention_op_carries_its_row_local_schedule(k_layout, perm):
     """The fused attention op of an exported subgraph comes with a schedule (for rows of
-    64 and more), and it lowers (no fallback to the automatic schedule: that warns)."""
+    64 and more), and it lowers (no fallback to the automatic schedule: that warns). A
+    Transpose of K, whatever its permutation, is read through the op's packed copy, not
+    computed by a kernel of its own; 70 rows fill no whole block of rows or of vectors."""
     import warnings
     rng = np.random.default_rng(4)
-    q, k, v = (rng.standard_normal((1, 2, 70, 16)).astype(np.float32) for _ in range(3))
-    nodes = [helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]),
-             helper.make_node("MatMul", ["q", "kt"], ["s"]),
-             helper.make_node("Div", ["s", "c"], ["z"]),
-             helper.make_node("Softmax", ["z"], ["p"], axis=-1),
-             helper.make_node("MatMul", ["p", "v"], ["y"])]
-    model = _model(nodes, [_vi(n, q.shape) for n in "qkv"], [_vi("y", q.shape)],
+    q, v = (rng.standard_normal((1, 2, 70, 16)).astype(np.float32) for _ in range(2))
+    kc = rng.standard_normal((1, 2, 16, 70)).astype(np.float32)         # [b, h, x, l]
+    k = kc if perm is None else np.ascontiguousarray(
+        kc.transpose(np.argsort(perm)))                                 # kc == k.T(perm)
+    nodes = [helper.make_node("Transpose", ["k"], ["kt"], perm=perm)] if perm else []
+    nodes += [helper.make_node("MatMul", ["q", "kt" if perm else "k"], ["s"]),
+              helper.make_node("Div", ["s", "c"], ["z"]),
+              helper.make_node("Softmax", ["z"], ["p"], axis=-1),
+              helper.make_node("MatMul", ["p", "v"], ["y"])]
+    model = _model(nodes, [_vi("q", q.shape), _vi("k", k.shape), _vi("v", v.shape)],
+                   [_vi("y", q.shape)],
                    [numpy_helper.from_array(np.array(4.0, np.float32), "c")])
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         text, out = _run(model, q, k, v)
-    assert "schedule attention_" in text and "= attention_" in text, text
-    s = q @ k.transpose(0, 1, 3, 2) / 4.0
+    body = text[text.index("graph m"):]
+    assert "schedule attention_" in text and body.count(" = ") == 1, text
+    assert ("pack(Kp." in text) == (k_layout != "columns"), text
+    s = q @ kc / 4.0
     e = np.exp(s - s.max(-1, keepdims=True))
     np.testing.assert_allclose(out, (e / e.sum(-1, keepdims=True)) @ v, rtol=1e-4,
                                atol=1e-5)
