@@ -11,6 +11,10 @@ part of the gap with rules any stage can take:
 - the innermost data loop, when it is innermost and contiguous, is split by one vector of
   the target (its f32 lanes x 4 bytes: 16 f32 on AVX-512, 8 on AVX2; of the widest element
   the stage reads or writes) and the inner part vectorized, if it is at least that long;
+- an injective stage whose innermost loop ``k`` is read through ``k // c`` and ``k % c``
+  (a transpose composed with a reshape: merging attention's heads reads ``X[0, k // 64, r,
+  k % 64]``) is first split by ``c`` when that makes the inner part contiguous: runs of
+  ``c`` values, vectorized as above;
 - the outermost data loop runs in parallel when the stage does enough work; when its extent
   is small (a batch of 1) and a second data loop follows, the two are fused first.
 
@@ -23,6 +27,7 @@ from __future__ import annotations
 
 from . import te
 from .arith.linear import linear
+from .arith.prover import Ctx, bounds
 from .arith.simplify import simplify
 from .dtypes import to_numpy
 from .schedule import Schedule
@@ -106,13 +111,53 @@ def _schedule_stage(s: Schedule, t: te.Tensor, env: dict, vector_bytes: int) -> 
     lanes = max(1, vector_bytes // widest)
     parallel_axis = outer[0] if outer else inner.var.name
     n = extents[-1]
+    runs = None if red or contiguous or lanes == 1 or None in extents else \
+        _contiguous_runs(t, extents, lanes)
+    inner_name = inner.var.name
+    if runs is not None:
+        # k as k.r * runs + k.c: the loads' k // runs and k % runs become k.r and k.c, and
+        # k.c is the innermost, contiguous loop the rule below splits into vectors
+        s = s.split(name, inner_name, runs, outer=f"{inner_name}.r", inner=f"{inner_name}.c")
+        outer, inner_name = outer + [f"{inner_name}.r"], f"{inner_name}.c"
+        contiguous, n, parallel_axis = True, runs, outer[0]
     if innermost and contiguous and lanes > 1 and (n is None or n >= lanes):
-        io, ii = f"{inner.var.name}.o", f"{inner.var.name}.i"
-        s = s.split(name, inner.var.name, lanes, outer=io, inner=ii).vectorize(name, ii)
+        io, ii = f"{inner_name}.o", f"{inner_name}.i"
+        s = s.split(name, inner_name, lanes, outer=io, inner=ii).vectorize(name, ii)
         parallel_axis = outer[0] if outer else io
     if parallel_axis and (work is None or work >= MIN_PARALLEL_WORK):
         s = s.parallel(name, parallel_axis)
     return s
+
+
+def _contiguous_runs(t: te.Tensor, extents: list[int], lanes: int) -> int | None:
+    """The largest ``c`` (a multiple of ``lanes`` dividing the innermost extent) by which
+    the innermost loop ``k`` of ``t`` is divided or reduced (``k // c``, ``k % c``) in its
+    loads such that, with ``k = k.r * c + k.c``, every load reads ``k.c`` contiguously
+    (last index, coefficient 1) or not at all; None if there is none."""
+    axes = t.op.axes
+    k, n = axes[-1].var, extents[-1]
+    divisors = {e.b.value for ld in te.loads(t.op.body) for i in ld.indices
+                for e in te.walk(i) if isinstance(e, te.Binary) and e.op in ("//", "%")
+                and isinstance(e.b, te.Const) and k in te.free_vars(e.a)}
+    for c in sorted((c for c in divisors if 0 < c < n and n % c == 0 and c % lanes == 0),
+                    reverse=True):
+        kr, ki = te.Var(k.name + ".r"), te.Var(k.name + ".c")
+        ctx = Ctx()
+        for iv, extent in zip(axes[:-1], extents):
+            ctx = ctx.with_loop(iv.var, te.Const(0, te.INDEX), te.Const(extent, te.INDEX))
+        ctx = ctx.with_loop(kr, te.Const(0, te.INDEX), te.Const(n // c, te.INDEX)) \
+            .with_loop(ki, te.Const(0, te.INDEX), te.Const(c, te.INDEX))
+        split = {k: te.Binary("+", te.Binary("*", kr, te.Const(c, te.INDEX), te.INDEX), ki,
+                              te.INDEX)}
+
+        def reads_runs(ld: te.Load) -> bool:
+            idx = [simplify(te.substitute(i, split), lambda e: bounds(e, ctx))
+                   for i in ld.indices]
+            using = [j for j, i in enumerate(idx) if ki in te.free_vars(i)]
+            return not using or (using == [len(idx) - 1] and linear(idx[-1]).coeff(ki) == 1)
+        if all(reads_runs(ld) for ld in te.loads(t.op.body)):
+            return c
+    return None
 
 
 def _product(xs) -> int:
