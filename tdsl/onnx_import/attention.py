@@ -465,10 +465,11 @@ def _sdpa_text(qs, ks, vs, ms, scales, dt, k_perm=None):
     def sub(shape, tail):
         return ", ".join(subs(shape, tail))
 
-    k_subs, k_shape = subs(ks, ["x", "l"]), list(ks)
+    logical = subs(ks, ["x", "l"])
+    k_subs, k_shape = list(logical), list(ks)
     if k_perm is not None:
         for j, axis in enumerate(k_perm):
-            k_subs[axis], k_shape[axis] = subs(ks, ["x", "l"])[j], ks[j]
+            k_subs[axis], k_shape[axis] = logical[j], ks[j]
     dot = f"sum[x: {d}](Q[{sub(qs, ['q', 'x'])}] * K[{', '.join(k_subs)}])"
     score = f"P[{', '.join([*i, 'q', 'l'])}]"       # the product is a stage of its own
     for op, c in scales:
@@ -611,8 +612,8 @@ def _sdpa_schedule(r: int, k_pack_axis: int | None) -> str:
     batch = ", ".join(f"Y.i{k}" for k in range(r))
     par = f"    blk = fuse({batch})\n    parallel(blk)\n" if r > 1 else \
         "    parallel(Y.i0)\n" if r == 1 else ""
-    pack = (f"    Kp = cache_read(K, global, P)\n    kpo, kpi = pack(Kp.ax{k_pack_axis}, lanes)\n"
-            if k_pack_axis is not None else "")
+    pack = ("    Kp = cache_read(K, global, P)\n"
+            f"    kpo, kpi = pack(Kp.ax{k_pack_axis}, lanes)\n" if k_pack_axis is not None else "")
     stages = ("O", "Sm", "Qs", "Ps", "E", "Mx", "Qm", "Pm", "S", "P")
     return (f"\nschedule {{name}} for cpu {{\n"
             f"    knob rb in [1, 2, 3, 4, 6, 8, 12, 16] = registers * 3 // 8\n"
