@@ -130,9 +130,9 @@ def _schedule_stage(s: Schedule, t: te.Tensor, env: dict, vector_bytes: int) -> 
 
 
 def _contiguous_runs(t: te.Tensor, extents: list[int], lanes: int) -> int | None:
-    """The largest ``c`` (a multiple of ``lanes`` dividing the innermost extent) by which
-    the innermost loop ``k`` of ``t`` is divided or reduced (``k // c``, ``k % c``) in its
-    loads such that, with ``k = k.r * c + k.c``, every load reads ``k.c`` contiguously
+    """The largest ``c`` (a multiple of ``lanes`` dividing the innermost extent) that the
+    innermost loop ``k`` of ``t`` is divided by or taken modulo (``k // c``, ``k % c``) in
+    its loads such that, with ``k = k.r * c + k.c``, every load reads ``k.c`` contiguously
     (last index, coefficient 1) or not at all; None if there is none."""
     axes = t.op.axes
     k, n = axes[-1].var, extents[-1]
