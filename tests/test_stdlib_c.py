@@ -26,6 +26,11 @@ ATTRS = {"max_pool2d": {"kernel": 2}, "avg_pool2d": {"kernel": 3, "stride": 2, "
          "qlinear_conv2d": {"padding": 1, "x_zp": 7, "y_zp": 3, "lo": 2, "hi": 250},
          "qlinear_conv2d_nchwc": {"padding": 1, "x_zp": 7, "y_zp": 3}}
 
+# (rtol, atol) where the default 1e-4 is too tight for float32: Winograd F(4x4, 3x3)'s
+# transforms (entries up to 8) amplify rounding, as tests/test_winograd4.py allows for; an
+# OpenCL run on CI drew a case 2e-4 off in 2 of 5184 outputs
+TOLERANCE = {"conv2d_winograd4_nchwc": (1e-3, 1e-3)}
+
 
 @pytest.mark.parametrize("name", sorted(tdsl.stdlib))
 def test_std_op_built_for_c_matches_reference(name):
@@ -36,6 +41,6 @@ def test_std_op_built_for_c_matches_reference(name):
               suppress_health_check=list(HealthCheck))
     @given(tt.cases(op, attrs, max_size=7, schedules_too=False))
     def check(case):
-        tt.check_case(op, case, attrs)
+        tt.check_case(op, case, attrs, *TOLERANCE.get(name, ()))
 
     check()

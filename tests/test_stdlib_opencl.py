@@ -15,7 +15,7 @@ import tdsl
 import tdsl.testing as tt
 from tdsl.emit_opencl import unavailable_reason
 
-from test_stdlib_c import ATTRS
+from test_stdlib_c import ATTRS, TOLERANCE
 
 pytestmark = pytest.mark.skipif(unavailable_reason() is not None,
                                 reason=f"OpenCL: {unavailable_reason()}")
@@ -30,7 +30,7 @@ def test_std_op_built_for_opencl_matches_reference(name):
               suppress_health_check=list(HealthCheck))
     @given(tt.cases(op, attrs, max_size=9, schedules_too=False))
     def check(case):
-        tt.check_case(op, case, attrs, target="opencl")
+        tt.check_case(op, case, attrs, *TOLERANCE.get(name, ()), target="opencl")
 
     check()
 
@@ -53,7 +53,7 @@ def _random_gpu_schedules(name, examples):
               suppress_health_check=list(HealthCheck))
     @given(tt.cases(op, attrs, max_size=9, target="opencl"))
     def check(case):
-        tt.check_case(op, case, attrs, target="opencl")
+        tt.check_case(op, case, attrs, *TOLERANCE.get(name, ()), target="opencl")
 
     check()
 
@@ -98,7 +98,7 @@ def _template_knobs(name, examples):
               suppress_health_check=list(HealthCheck))
     @given(_template_cases(op, attrs))
     def check(case):
-        tt.check_case(op, case, attrs, target="opencl")
+        tt.check_case(op, case, attrs, *TOLERANCE.get(name, ()), target="opencl")
 
     check()
 
