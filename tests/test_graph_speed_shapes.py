@@ -59,13 +59,14 @@ def test_direct_conv_tile_leaves_every_thread_a_block_of_filters(target):
 def test_pointwise_tile_takes_few_filter_blocks_whole(target, blocks):
     """With fewer blocks of output channels than a 2 x 7 tile per thread needs (MobileNetV2's
     16, 24 and 32 filters), the 1x1 tile takes them all (as many as 7 columns of each fit
-    the registers: each broadcast input feeds every block's FMA) and the threads share the
+    the registers with 6 to spare: one on AVX2, where 2 x 7 spilled; each broadcast input
+    feeds every block's FMA) and the threads share the
     output's rows instead of the blocks. On AVX-512 at one thread: 2 blocks at 28x28, 43 ->
     31 us; MobileNetV2's 3 half-width blocks at 56x56, 145 -> 113 us."""
     t = Target(target)
     cfg = _default("conv2d_nchwc_valid", target,
                    _sizes(target, c=64, f=blocks * t.lanes, k=1))
-    assert cfg["nb"] == min(blocks, (t.registers - 2) // 7) and cfg["tx"] == 7
+    assert cfg["nb"] == min(blocks, (t.registers - 6) // 7) and cfg["tx"] == 7
     assert cfg["rows"] == 1
     assert cfg["nb"] * cfg["ty"] * cfg["tx"] <= t.registers - 2
 
