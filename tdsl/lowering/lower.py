@@ -20,8 +20,8 @@ from .default_schedule import default_schedule
 from .loop_ir import LoweredFunc
 from .read_regions import reads
 from .passes import (apply_schedule, barriers, bounds_check, build_nests, flatten,
-                     hoist_divisions, partition, simplify, thread_reduce, unroll, unswitch,
-                     vectorize, verify as verify_pass)
+                     hoist_divisions, partition, promote_accumulators, simplify,
+                     thread_reduce, unroll, unswitch, vectorize, verify as verify_pass)
 from .schedule import Schedule
 from .sizes import stage_shapes
 from .thread_bindings import check as check_thread_bindings
@@ -40,6 +40,8 @@ PIPELINE = [
                                          # its tail's lane loops make the tile a plain loop
     ("unroll", unroll.run),              # small unrolled loops -> copies
     ("simplify", simplify.run),
+    ("promote_accumulators", promote_accumulators.run),  # a chunked sum's partial sums
+                                         # in registers across each chunk
     ("unswitch", unswitch.run),          # tests that a loop does not change, taken before it
     ("hoist_divisions", hoist_divisions.run),    # x // size once per outer iteration
 ]
