@@ -147,31 +147,61 @@ def test_chunked_1x1_conv_matches_the_reference(cb, fb, h, w, nb, kc, ry, tx, fi
 
 
 def test_chunked_1x1_conv_keeps_its_accumulators_in_named_vectors():
-    """ResNet-50's 512 -> 128 1x1 at 28x28 on a 32-register target: the default schedule
-    chunks the sum (4 input blocks at a time) and the tile of 4 x 7 vectors is promoted."""
+    """ResNet-50's 512 -> 128 1x1 at 28x28: the default schedule chunks the sum and the
+    tile's nb x tx vectors are promoted, each a named vector variable."""
     op = tdsl.stdlib["conv2d_nchwc_valid"]
-    target = tdsl.Target("c -march=x86-64-v4 -l1=49152")
-    shapes = dict(N=1, CB=32, IH=28, IW=28, CI=target.lanes, FB=8, KH=1, KW=1,
-                  FI=target.lanes)
-    defaults = op.schedule(target=target, shapes=shapes).default_config()
-    assert defaults["kc"] > 0 and defaults["nb"] * defaults["tx"] <= target.registers - 2
-    source = emit_c(op.lower(shapes=shapes, target=target), target=target).source
-    assert "YL_acc_27" in source and "YL_acc_28" not in source
+    for march in ("x86-64-v4", "x86-64-v3"):
+        target = tdsl.Target(f"c -march={march} -l1=49152")
+        shapes = dict(N=1, CB=512 // target.lanes, IH=28, IW=28, CI=target.lanes,
+                      FB=128 // target.lanes, KH=1, KW=1, FI=target.lanes)
+        cfg = op.schedule(target=target, shapes=shapes).default_config()
+        vectors = cfg["nb"] * cfg["tx"]
+        assert cfg["kc"] > 0 and vectors <= target.registers - 2
+        source = emit_c(op.lower(shapes=shapes, target=target), target=target).source
+        assert f"YL_acc_{vectors - 1}" in source and f"YL_acc_{vectors}" not in source
 
 
-@pytest.mark.parametrize("channels, stride, march, chunked", [
-    (256, 1, "x86-64-v4", False),   # two blocks' weights, 32 KiB, fit L1: one pass
-    (512, 1, "x86-64-v4", True),    # 64 KiB do not
-    (512, 2, "x86-64-v4", False),   # stride 2 read half of each row: chunks were slower
-    (512, 1, "x86-64-v3", False),   # 16 registers: not measured, the 4 x 3 tile stays
-])
-def test_the_sum_is_chunked_where_the_tiles_weights_leave_l1(channels, stride, march,
-                                                              chunked):
+# (op, kernel size, input channels, stride, -march, chunked, rows of partial sums) at 28x28
+# with 128 filters and a 32 KiB L1: chunked where the one-pass tile's weights (nb blocks of
+# filters over the whole sum) pass L1, on either register count
+CHUNKING = [
+    ("conv2d_nchwc_valid", 1, 256, 1, "x86-64-v4", False, 1),  # 2 x 256 x 16 floats: 32 KiB
+    ("conv2d_nchwc_valid", 1, 512, 1, "x86-64-v4", True, 4),   # 64 KiB
+    ("conv2d_nchwc_valid", 1, 512, 2, "x86-64-v4", True, 7),   # 14 output rows: 7 at a time
+    ("conv2d_nchwc_valid", 1, 256, 1, "x86-64-v3", False, 1),  # 4 x 256 x 8 floats: 32 KiB
+    ("conv2d_nchwc_valid", 1, 512, 1, "x86-64-v3", True, 4),
+    ("conv2d_nchwc", 3, 16, 1, "x86-64-v4", False, 1),          # 2 x 16 x 9 x 16: 18 KiB
+    ("conv2d_nchwc", 3, 64, 2, "x86-64-v4", True, 7),
+    ("conv2d_nchwc", 3, 64, 1, "x86-64-v3", True, 4),
+]
+
+
+@pytest.mark.parametrize("op, k, channels, stride, march, chunked, rows", CHUNKING)
+def test_the_sum_is_chunked_where_the_tiles_weights_leave_l1(op, k, channels, stride, march,
+                                                              chunked, rows):
     target = tdsl.Target(f"c -march={march} -l1=32768")
     lanes = target.lanes
     shapes = dict(N=1, CB=channels // lanes, IH=28, IW=28, CI=lanes, FB=128 // lanes,
-                  KH=1, KW=1, FI=lanes)
-    cfg = tdsl.stdlib["conv2d_nchwc_valid"].schedule(target=target, shapes=shapes,
-                                                     stride=stride).default_config()
+                  KH=k, KW=k, FI=lanes)
+    attrs = {"stride": stride, **({"padding": 1} if k == 3 else {})}
+    cfg = tdsl.stdlib[op].schedule(target=target, shapes=shapes, **attrs).default_config()
     assert (cfg["kc"] > 0) == chunked
-    assert cfg["ry"] == (4 if chunked else 1)   # 4 rows of 28: the partial sums in L1
+    assert cfg["ry"] == rows
+
+
+@settings(max_examples=6, deadline=None)
+@given(cb=st.integers(1, 5), fb=st.integers(1, 5), h=st.integers(1, 9), w=st.integers(1, 16),
+       stride=st.sampled_from([1, 2]), kc=st.sampled_from([1, 2, 4]),
+       ry=st.sampled_from([1, 2, 7]), fixed=st.booleans())
+def test_chunked_3x3_conv_matches_the_reference(cb, fb, h, w, stride, kc, ry, fixed):
+    op = tdsl.stdlib["conv2d_nchwc"]
+    rng = np.random.default_rng(cb * 100 + fb * 10 + h)
+    x = rng.standard_normal((1, cb, h, w, L)).astype(np.float32)
+    wt = rng.standard_normal((fb, cb, 3, 3, L, L)).astype(np.float32)
+    attrs = dict(padding=1, stride=stride)
+    shapes = op.sizes_of(x, wt, **attrs) if fixed else None
+    config = dict(op.schedule(shapes=shapes, **attrs).default_config(), ty=1, order="crs",
+                  rows=False, kc=kc, ry=ry)
+    kernel = op.build(shapes=shapes, specialize=False, config=config, **attrs)
+    np.testing.assert_allclose(kernel(x, wt), op.reference(x, wt, **attrs), rtol=1e-4,
+                               atol=1e-3)
