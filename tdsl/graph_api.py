@@ -222,7 +222,7 @@ class CompiledGraph:
         self.layout_notes: tuple[str, ...] = ()
         if blocked and target.kind == "c" and target.lanes > 1:   # the host, with SIMD
             ir, self.layouts, self.layout_notes = layout.run(ir, _std_op, sizes, target.lanes,
-                                                             winograd)
+                                                             winograd, int8_tiles=target.amx)
             if fold_consts:         # the packed weights, computed now rather than per call
                 ir, weights, packed = fold.run(ir, weights, _std_op, sizes)
                 if packed:

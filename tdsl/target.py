@@ -80,6 +80,9 @@ class Target(metaclass=_ParsedFromString):
     warp: int = 0
     max_threads: int = 0
     shared_bytes: int = 0
+    # 1 where schedules use the int8 tile unit (AMX-INT8's tdpbusd: 16 x 16 i32 sums of 64
+    # u8 x i8 products per instruction), the `amx` constant of schedule blocks
+    amx: int = 0
 
     @staticmethod
     def parse(spec: str) -> "Target":
@@ -104,9 +107,10 @@ class Target(metaclass=_ParsedFromString):
         return self.warp > 0
 
     def constants(self) -> dict[str, int]:
-        """What schedule blocks may name: ``lanes``, ``registers``, ``l1``, ``l2`` (and on
-        GPUs ``warp``, ``max_threads``, ``shared_bytes``)."""
-        out = {"lanes": self.lanes, "registers": self.registers, "l1": self.l1, "l2": self.l2}
+        """What schedule blocks may name: ``lanes``, ``registers``, ``l1``, ``l2``, ``amx``
+        (1 with AMX-INT8 tiles, else 0) (and on GPUs ``warp``, ``max_threads``, ``shared_bytes``)."""
+        out = {"lanes": self.lanes, "registers": self.registers, "l1": self.l1, "l2": self.l2,
+               "amx": self.amx}
         if self.warp:
             out.update(warp=self.warp, max_threads=self.max_threads,
                        shared_bytes=self.shared_bytes)
@@ -225,7 +229,7 @@ def _int_option(options: dict, name: str, default: int) -> int:
 
 
 # Options of the C kinds, besides the ISA ones handed to the compiler.
-_C_OPTIONS = {"march", "mcpu", "mtune", "cc", "lanes", "registers", "l1", "l2"}
+_C_OPTIONS = {"march", "mcpu", "mtune", "cc", "lanes", "registers", "l1", "l2", "amx"}
 
 
 @register_kind("c")
@@ -263,9 +267,13 @@ def _resolve_c(options: dict) -> Target:
         # (Sapphire Rapids) gcc computed f16(f32(x) * f32(w) + 1) in half precision and kept
         # casts to _Float16 unrounded (tests/test_dtypes_wide.py: 70001 for inf)
         flags.append("-mno-avx512fp16")
+    amx = options.get("amx", "1" if {"__AMX_INT8__", "__AMX_TILE__"} <= macros else "0")
+    if amx not in ("0", "1"):
+        raise TargetError(f"target option -amx must be 0 or 1, got '{amx}'")
     return Target("c", tuple(sorted(options.items())), arch, lanes, registers,
                   _int_option(options, "l1", l1), _int_option(options, "l2", l2),
-                  compiler, tuple(flags), frozenset(m for m in macros if m.startswith(_ISA_MACROS)))
+                  compiler, tuple(flags), frozenset(m for m in macros if m.startswith(_ISA_MACROS)),
+                  amx=int(amx))
 
 
 def _compiler_for(options: dict) -> str:

@@ -32,6 +32,7 @@ from .lower import lower
 from .quantize import multiply_by_quantized_multiplier
 from .passes.flatten import alloc_size, strides_of
 from .read_regions import check_reads
+from .reference.stage import identity
 from .reference.views import strided
 from .schedule import Schedule
 
@@ -260,11 +261,32 @@ class _Interp:
         raise AssertionError(f"unknown expression {type(e).__name__}")
 
     def call_intrinsic(self, name: str, args: list) -> None:
-        intrin = self.func.attrs.get("tensor_intrinsics", {}).get(name)
+        intrinsics = self.func.attrs.get("tensor_intrinsics", {})
+        for other in intrinsics.values():
+            # the sums of a kernel with registers of its own live in memory here: init sets
+            # them to the identity, finish has nothing to do
+            out = other.compute.outputs[0]
+            if name == other.init:
+                (view,) = self._views(name, (out,), args)
+                view[...] = identity(out.op.body.combiner, out.dtype)
+                return
+            if name == other.finish:
+                return
+        intrin = intrinsics.get(name)
         assert intrin is not None, f"call of unknown function {name}"
         fn = intrin.compute
+        views = self._views(name, (*fn.inputs, *fn.outputs), args)
+        result = run(_lowered(intrin), [np.array(v) for v in views[:-1]])[0]
+        body = fn.outputs[0].op.body
+        if isinstance(body, te.Reduce):
+            result = _COMBINE[body.combiner](views[-1], result)
+        views[-1][...] = result
+
+    def _views(self, name: str, tensors, args: list) -> list:
+        """The arrays a micro-kernel call's arguments (a pointer, then a stride per
+        dimension, for each of ``tensors``) point at."""
         views, k = [], 0
-        for t in (*fn.inputs, *fn.outputs):
+        for t in tensors:
             (buf, off), strides = args[k], [int(s) for s in args[k + 1:k + 1 + t.ndim]]
             k += 1 + t.ndim
             shape = [int(te.substitute(s, {}).value) for s in t.shape]
@@ -274,11 +296,7 @@ class _Interp:
                 raise OutOfBounds(f"{name}: view of {buf.name} at {off} with strides "
                                   f"{strides} reaches {last}, outside {arr.size} elements")
             views.append(strided(arr[off:], shape, [s * arr.itemsize for s in strides]))
-        result = run(_lowered(intrin), [np.array(v) for v in views[:-1]])[0]
-        body = fn.outputs[0].op.body
-        if isinstance(body, te.Reduce):
-            result = _COMBINE[body.combiner](views[-1], result)
-        views[-1][...] = result
+        return views
 
 
 _LOWERED: dict = {}

@@ -158,10 +158,21 @@ class TensorIntrin:
     element followed by one ``int64_t`` stride (in elements) per dimension. For a reduction
     the kernel *accumulates* into the output (``c[i] += ...``): the stage's own init loop
     has already set it to the identity.
+
+    A reduction kernel may keep its output in registers of its own across calls (AMX's
+    tiles), as TVM's reduce_init/reduce_update split does: then ``init`` and ``finish``
+    name two more functions of ``c_impl``, each taking the output's pointer and strides.
+    ``init`` replaces the init loop (the output's sums start at the identity), the calls
+    over the reduction loops around the nest accumulate, and ``finish``, after them, writes
+    the sums to the output. The loops between the stage's first reduction loop and the
+    tensorized axis must then all be reduction loops: one output tile stays put while they
+    run.
     """
     name: str
     compute: te.Function
     c_impl: str
+    init: str = ""
+    finish: str = ""
 
 
 # ---------------------------------------------------------------------------- directives

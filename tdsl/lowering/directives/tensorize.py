@@ -83,6 +83,24 @@ def call(st, value: te.Expr, out_index, loops, axes, store, access: dict, b) -> 
     return Evaluate(Call(intrin.name, tuple(args)))
 
 
+def state_calls(st, call: Evaluate, between: list) -> tuple[Evaluate, Evaluate] | None:
+    """For an intrinsic that keeps its sums in registers of its own (`TensorIntrin.init`),
+    the calls that start and write back the output tile of ``call``: its last arguments,
+    the output's pointer and strides. ``between`` are the stage's loops from its first
+    reduction loop to the tensorized axis, which must all be reduction loops. None for an
+    intrinsic that accumulates in memory."""
+    _, intrin, _ = st.tensorize
+    if not intrin.init:
+        return None
+    data = [a for a in between if st.kind[a] == "data"]
+    if data:
+        raise error(st, f"it keeps its sums in registers across the reduction loops around "
+                        f"it, and {', '.join(data)} between them would move the output; "
+                        f"reorder the data loops outside the reduction")
+    out = call.value.args[-(1 + intrin.compute.outputs[0].ndim):]
+    return Evaluate(Call(intrin.init, out)), Evaluate(Call(intrin.finish, out))
+
+
 def _pointer(acc, offsets, dims) -> list:
     strides = strides_of(acc.buffer)
     return [AddressOf(acc.buffer, flat_index(acc.buffer, acc.index(offsets))),

@@ -79,6 +79,10 @@ WINOGRAD_MIN_SIZE = 8                   # output rows and columns
 WINOGRAD4_MIN_SIZE = 28
 WINOGRAD_MAX_WEIGHT_BYTES = 4 << 20     # the transformed weights, 16 (36) * C * F floats
 
+# int8 activations' channel block where the target sums int8 products in AMX tiles: a
+# tile's row is 64 bytes, the 64 channels of one pixel (`qlinear_conv2d_nchwc`'s tiles)
+TILE_BLOCK = 64
+
 # the layout conversions of each element type a blocked value may have: NCHW to blocked,
 # blocked to NCHW (u8: the int8 convolutions' activations)
 _CONVERSIONS = {"f32": ("to_nchwc", "from_nchwc"), "u8": ("to_nchwc_u8", "from_nchwc_u8")}
@@ -89,8 +93,10 @@ PER_CHANNEL = {"bias_add": "bias_add_nchwc", "batch_norm": "batch_norm_nchwc",
 
 
 def run(graph: Graph, std: Callable[[str], object], graph_sizes: dict[str, int],
-        lanes: int, winograd: bool = True) -> tuple[Graph, dict[str, str], tuple[str, ...]]:
-    return _Rewriter(graph, std, graph_sizes, lanes, winograd).run()
+        lanes: int, winograd: bool = True, int8_tiles: bool = False,
+        ) -> tuple[Graph, dict[str, str], tuple[str, ...]]:
+    """``int8_tiles``: the target sums int8 products in AMX tiles (`Target.amx`)."""
+    return _Rewriter(graph, std, graph_sizes, lanes, winograd, int8_tiles).run()
 
 
 def winograd_tiles(size: tuple[int, int], channels: int, filters: int) -> int | None:
@@ -114,8 +120,10 @@ def layout_name(shape: tuple[int, ...]) -> str | None:
 
 
 class _Rewriter:
-    def __init__(self, graph: Graph, std, graph_sizes, lanes: int, winograd: bool):
+    def __init__(self, graph: Graph, std, graph_sizes, lanes: int, winograd: bool,
+                 int8_tiles: bool):
         self.graph, self.std, self.lanes, self.winograd = graph, std, lanes, winograd
+        self.int8_tiles = int8_tiles
         self.sizes = graph_sizes
         self.orig = graph.value_map()          # the values as the graph had them (NCHW)
         self.values = dict(self.orig)           # and as rewritten (a blocked one 5-D)
@@ -216,12 +224,14 @@ class _Rewriter:
         channels (the dot product's groups), output blocks as f32's."""
         x, w, b, scale = node.inputs
         xs, ws = self._orig_shape(x), self._orig_shape(w)
-        fb = self._channel_block(ws[0])
         if x in self.blocked:
             xb, cin = self.blocked[x], self._block(x)
         else:
-            cin = self._channel_block(xs[1])
+            cin = TILE_BLOCK if self._on_tiles(node) else self._channel_block(xs[1])
             xb = None
+        # on tiles, the filters in blocks of 64 too: the next convolution's input blocks
+        fb = TILE_BLOCK if cin == TILE_BLOCK and self._on_tiles(node) else \
+            self._channel_block(ws[0])
         if fb is None or cin is None or cin % 4 or w not in self.graph.params:
             return False
         xb = xb or self._to_blocked(x, cin)
@@ -232,6 +242,14 @@ class _Rewriter:
         self._emit("qlinear_conv2d_nchwc", (xb, wp, bb, sb), node, dict(node.attrs),
                    blocked=True)
         return True
+
+    def _on_tiles(self, node: Node) -> bool:
+        """Whether int8 convolution ``node`` is summed in AMX tiles given blocks of 64 input
+        channels (`qlinear_conv2d_nchwc`'s ``tiles`` schedule: 64 channels and 64 filters a
+        block, stride 1)."""
+        x, w = node.inputs[:2]
+        return self.int8_tiles and self._orig_shape(x)[1] % TILE_BLOCK == 0 and \
+            self._orig_shape(w)[0] % TILE_BLOCK == 0 and dict(node.attrs).get("stride", 1) == 1
 
     def _dense(self, node: Node) -> bool:
         x, w, b = node.inputs
@@ -291,6 +309,11 @@ class _Rewriter:
         if len(shape) != 4 or not readers or out in self.graph.outputs:
             return None
         block = self._channel_block(shape[1])
+        conv_readers = [r for r in readers
+                        if self._is_std(r, "qlinear_conv2d") or self._is_std(r, "conv2d")]
+        if conv_readers and all(self._is_std(r, "qlinear_conv2d") and self._on_tiles(r)
+                                for r in conv_readers):
+            block = TILE_BLOCK          # what they take on tiles
         convs = 0
         for r in readers:
             if self._is_std(r, "qlinear_conv2d") or self._is_std(r, "conv2d"):

@@ -237,6 +237,10 @@ class Builder:
             call = tensorize.call(st, value, absolute, loops[t:], st.leaves[t:], store, access,
                                   self)
             update = _nest(loops[p:t], call, place(guards, p, t), inner_att)
+            stateful = tensorize.state_calls(st, call, st.leaves[p:t])
+            if stateful:
+                init, finish = stateful
+                return _nest(loops[:p], _seq(init, update, finish), outer_part, outer_att)
         else:
             body = Store(store.buffer, out_index, value_ir if not st.combiner else
                          combine(st.combiner, BufferLoad(store.buffer, out_index, st.dtype),
