@@ -49,20 +49,21 @@ def _data(p):
     w = rng.integers(-128, 128, (p["f"], p["c"], p["k"], p["k"])).astype(np.int8)
     b = rng.integers(-40000, 40000, p["f"]).astype(np.int32)
     s = rng.uniform(1e-4, 3e-3, p["f"]).astype(np.float32)
-    attrs = {k: p[k] for k in ("padding", "dilation", "x_zp", "y_zp", "lo", "hi")}
+    attrs = {k: p[k] for k in ("stride", "padding", "dilation", "x_zp", "y_zp", "lo", "hi")}
     return x, w, b, s, attrs
 
 
 @st.composite
 def cases(draw):
     """Blocks of 64 channels and filters; widths that end inside a tile of 16 columns, span
-    several, or are one column; taps, paddings and dilations that read past a row."""
-    k, dilation, padding = draw(st.integers(1, 3)), draw(st.integers(1, 2)), \
-        draw(st.integers(0, 2))
+    several, or are one column; taps, strides, paddings and dilations that read past a
+    row."""
+    k, stride, dilation, padding = draw(st.integers(1, 3)), draw(st.integers(1, 2)), \
+        draw(st.integers(1, 2)), draw(st.integers(0, 2))
     span = dilation * (k - 1) + 1
     lo = draw(st.integers(0, 60))
     return dict(c=64 * draw(st.integers(1, 2)), f=64 * draw(st.integers(1, 2)), k=k,
-                dilation=dilation, padding=padding,
+                stride=stride, dilation=dilation, padding=padding,
                 h=draw(st.integers(max(1, span - 2 * padding), 5)),
                 w=draw(st.integers(max(1, span - 2 * padding), 37)),
                 x_zp=draw(st.integers(0, 255)), y_zp=draw(st.integers(0, 255)), lo=lo,
@@ -85,8 +86,8 @@ def test_tiled_int8_convolution_is_bit_exact_with_mlas_arithmetic(target, p):
 
 def test_the_interpreter_runs_the_tiled_schedule():
     """One tile of one tap (the interpreter runs a call's 64K products one by one, 6 s)."""
-    p = dict(c=64, f=64, k=1, dilation=1, padding=0, h=1, w=3, x_zp=3, y_zp=9, lo=0, hi=255,
-             seed=5)
+    p = dict(c=64, f=64, k=1, stride=1, dilation=1, padding=0, h=1, w=3, x_zp=3, y_zp=9,
+             lo=0, hi=255, seed=5)
     x, w, b, s, attrs = _data(p)
     wp = STD["pack_qconv_weights"].build(in_block=64, out_block=64)(w)
     func = STD["qlinear_conv2d_nchwc"].lower(shapes=_sizes(p), target=PORTABLE, **attrs)
@@ -97,9 +98,9 @@ def test_the_interpreter_runs_the_tiled_schedule():
 
 
 def test_the_tiles_are_the_default_only_where_they_apply():
-    """On an AMX target: blocks of 64 channels and filters at stride 1 take the tiles;
-    another block or a stride of 2 keeps the vector schedule; a target without AMX never
-    offers them (the knob's only choice is 0)."""
+    """On an AMX target: blocks of 64 channels and filters take the tiles, at any stride;
+    another block keeps the vector schedule; a target without AMX never offers them (the
+    knob's only choice is 0)."""
     op = STD["qlinear_conv2d_nchwc"]
     base = dict(N=1, CB=1, IH=4, IW=20, CI=64, FB=1, KH=3, KW=3, CQ=16, FI=64)
 
@@ -107,7 +108,7 @@ def test_the_tiles_are_the_default_only_where_they_apply():
         sched = op.schedule(target=target, shapes={**base, **sizes}, stride=stride)
         return {k.name: k for k in sched.knobs}["tiles"]
     assert tiles(PORTABLE).default == 1
-    assert tiles(PORTABLE, stride=2).default == 0
+    assert tiles(PORTABLE, stride=2).default == 1
     assert tiles(PORTABLE, CI=16, CB=4, CQ=4).default == 0
     assert tiles(PORTABLE, FI=16, FB=4).default == 0
     assert tiles("c -march=x86-64-v3").choices == (0,)
@@ -140,8 +141,10 @@ def test_a_data_loop_inside_the_reduction_is_refused_for_a_stateful_intrinsic():
     """The sums stay in the tiles across the reduction loops around the call: a data loop
     among them would mix two outputs' sums."""
     src = """
-op conv(X: u8[N, CB, IH, IW, CI], W: i8[FB, CB, KH, KW, CQ, FI, 4]) -> Y: i32[N, FB, IH - KH + 1, IW - KW + 1, FI] {
-    Y[n, fb, y, x, fi] = sum[cb, r, s, cq, k](i32(X[n, cb, y + r, x + s, cq * 4 + k]) * i32(W[fb, cb, r, s, cq, fi, k]))
+op conv(X: u8[N, CB, IH, IW, CI], W: i8[FB, CB, KH, KW, CQ, FI, 4])
+    -> Y: i32[N, FB, IH - KH + 1, IW - KW + 1, FI] {
+    Y[n, fb, y, x, fi] = sum[cb, r, s, cq, k](i32(X[n, cb, y + r, x + s, cq * 4 + k])
+                                              * i32(W[fb, cb, r, s, cq, fi, k]))
 }
 schedule conv for cpu {
     reorder(Y.n, Y.fb, Y.cb, Y.r, Y.y, Y.s, Y.x, Y.fi, Y.cq, Y.k)
@@ -168,8 +171,8 @@ def _release_tiles():
 
 @pytest.mark.skipif(not HOST_AMX, reason="a CPU with AMX-INT8 (Sapphire Rapids or later)")
 def test_tiles_released_between_calls_are_configured_again():
-    p = dict(c=64, f=64, k=3, dilation=1, padding=1, h=4, w=20, x_zp=3, y_zp=9, lo=0, hi=255,
-             seed=7)
+    p = dict(c=64, f=64, k=3, stride=1, dilation=1, padding=1, h=4, w=20, x_zp=3, y_zp=9,
+             lo=0, hi=255, seed=7)
     x, w, b, s, attrs = _data(p)
     wp = STD["pack_qconv_weights"].build(in_block=64, out_block=64)(w)
     kernel = STD["qlinear_conv2d_nchwc"].build(shapes=_sizes(p), **attrs)
@@ -178,3 +181,27 @@ def test_tiles_released_between_calls_are_configured_again():
     _release_tiles()()
     np.testing.assert_array_equal(kernel(*args), first)
     np.testing.assert_array_equal(first, blocked(reference(x, w, b, s, **attrs), 64))
+
+
+@pytest.mark.skipif(not TARGETS, reason="an x86 target (AMX on the host, or x86-64-v3 C)")
+@pytest.mark.parametrize("target", TARGETS)
+def test_an_int8_resnet_block_runs_on_tiles_bit_exact_with_onnxruntime(target):
+    """onnxruntime's quantize_static of a 64-channel ResNet block: its int8 activations
+    blocked by 64 from the quantized input on (no conversion between the convolutions),
+    both convolutions on tiles, the output equal to onnxruntime's."""
+    pytest.importorskip("onnx", reason="needs the onnx package (pip install 'tdsl[onnx]')")
+    ort = pytest.importorskip("onnxruntime", reason="needs onnxruntime")
+    import onnx_models
+    from tdsl.onnx_import import convert_model
+    _, q = onnx_models.resnet_block_int8(c=64, hw=10)
+    x = np.random.default_rng(3).standard_normal((1, 64, 10, 10)).astype(np.float32)
+    text, params = convert_model(q, "net")
+    module = tdsl.loads(text)["net"].build(target, params=params)
+    got = module(x)
+    sess = ort.InferenceSession(q.SerializeToString(), providers=["CPUExecutionProvider"])
+    np.testing.assert_array_equal(got, sess.run(None, {q.graph.input[0].name: x})[0])
+    compiled = module.compiled(x)
+    described = compiled.describe()
+    assert "NCHW64c" in described and "NCHW16c" not in described and "NCHW8c" not in described
+    tiled = [k for k in compiled.kernels if f"{INTRIN}(" in k.source]
+    assert len(tiled) == 2

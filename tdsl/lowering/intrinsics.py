@@ -116,7 +116,8 @@ static inline void amx_u8i8_16x64x64(const uint8_t *a, int64_t sa0, int64_t sa1,
         if (sb1 != 4 || sb2 != 1) {
             for (int q = 0; q < 16; q++)
                 for (int j = 0; j < 64; j++)
-                    for (int k = 0; k < 4; k++) tb[q * 256 + j * 4 + k] = b[q * sb0 + j * sb1 + k * sb2];
+                    for (int k = 0; k < 4; k++)
+                        tb[q * 256 + j * 4 + k] = b[q * sb0 + j * sb1 + k * sb2];
             b = tb, sb0 = 256, sb1 = 4;
         }
         _tile_loadd(4, a, sa0);
@@ -135,7 +136,8 @@ static inline void amx_u8i8_16x64x64(const uint8_t *a, int64_t sa0, int64_t sa1,
         for (int j = 0; j < 64; j++) {
             int32_t s = 0;
             for (int k = 0; k < 64; k++)
-                s += (int32_t)a[i * sa0 + k * sa1] * (int32_t)b[(k / 4) * sb0 + j * sb1 + (k % 4) * sb2];
+                s += (int32_t)a[i * sa0 + k * sa1]
+                     * (int32_t)b[(k / 4) * sb0 + j * sb1 + (k % 4) * sb2];
             c[i * sc0 + j * sc1] += s;
         }
 }

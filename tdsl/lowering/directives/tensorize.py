@@ -8,12 +8,15 @@ expression, where it is easiest to state). The loops below the axis match the in
 - the stage's expression equals the intrinsic's with its axis variables renamed to those
   loops, node for node, except for the indices of each tensor: the stage's dimensions whose
   index uses the loops map, in order, to the intrinsic's dimensions, and each such index is
-  ``offset + intrinsic index`` with an offset not using the loops; the other dimensions are
-  fixed for the whole nest (the stage tensor may have more dimensions than the intrinsic's).
-  The offsets of a tensor are where the kernel's view of it starts.
+  ``offset + intrinsic index`` with an offset not using the loops, or where the intrinsic's
+  index is one variable ``offset + step * variable`` (a strided view: a convolution of
+  stride 2 reads every other input column); the other dimensions are fixed for the whole
+  nest (the stage tensor may have more dimensions than the intrinsic's). The offsets of a
+  tensor are where the kernel's view of it starts.
 
 The call passes, for each intrinsic input in order and then the output, ``&buf[offset]``
-followed by the buffer's strides (in elements), as `TensorIntrin` documents. The C source
+followed by the buffer's strides (in elements, times the steps), as `TensorIntrin`
+documents. The C source
 goes to ``attrs["extern_sources"][name]``; the intrinsic itself to
 ``attrs["tensor_intrinsics"][name]`` (the interpreter runs it from there).
 """
@@ -101,31 +104,46 @@ def state_calls(st, call: Evaluate, between: list) -> tuple[Evaluate, Evaluate] 
     return Evaluate(Call(intrin.init, out)), Evaluate(Call(intrin.finish, out))
 
 
-def _pointer(acc, offsets, dims) -> list:
+def _pointer(acc, offsets, dims, steps) -> list:
     strides = strides_of(acc.buffer)
     return [AddressOf(acc.buffer, flat_index(acc.buffer, acc.index(offsets))),
-            *(strides[d] for d in dims)]
+            *(simplify(te.Binary("*", strides[d], te.Const(k, INDEX), INDEX)) if k != 1
+              else strides[d] for d, k in zip(dims, steps))]
+
+
+def _step(index: te.Expr, var: te.Var) -> int:
+    """How much ``index`` grows when ``var`` grows by one, where that is a positive
+    constant; 1 otherwise (the offset check then says why the index does not match)."""
+    at = [simplify(te.substitute(index, {var: te.Const(v, INDEX)})) for v in (0, 1)]
+    step = simplify(te.Binary("-", at[1], at[0], INDEX))
+    return step.value if isinstance(step, te.Const) and step.value > 0 else 1
 
 
 class _Matcher:
     def __init__(self, inner: set):
         self.inner = inner
         self.tensors: dict[str, str] = {}            # intrinsic tensor -> stage tensor
-        self.views: dict[str, tuple] = {}            # intrinsic tensor -> (offsets, dims)
+        # intrinsic tensor -> (offsets, dims, steps)
+        self.views: dict[str, tuple] = {}
 
     def view(self, s_idx: tuple, i_idx: tuple) -> tuple:
         """(the stage index where the view starts, the stage dimension of each intrinsic
-        dimension)."""
+        dimension, the stage's step along it per step of the intrinsic's index). A step
+        other than 1 is a strided view (a convolution of stride 2 reads every other input
+        column): allowed where the intrinsic's index is one variable."""
         dims = [d for d, e in enumerate(s_idx) if te.free_vars(e) & self.inner]
         if len(dims) != len(i_idx):
             raise _Mismatch(f"{len(dims)} dimensions vary in the nest where the intrinsic "
                             f"has {len(i_idx)}")
-        offsets = list(s_idx)
+        offsets, steps = list(s_idx), []
         for d, i in zip(dims, i_idx):
-            offsets[d] = simplify(te.Binary("-", s_idx[d], i, INDEX))
+            step = _step(s_idx[d], i) if isinstance(i, te.Var) else 1
+            scaled = i if step == 1 else te.Binary("*", i, te.Const(step, INDEX), INDEX)
+            offsets[d] = simplify(te.Binary("-", s_idx[d], scaled, INDEX))
             if te.free_vars(offsets[d]) & self.inner:
                 raise _Mismatch(f"index {s_idx[d]} is not {i} plus an offset")
-        return tuple(offsets), tuple(dims)
+            steps.append(step)
+        return tuple(offsets), tuple(dims), tuple(steps)
 
     def match(self, s: te.Expr, i: te.Expr) -> None:
         if isinstance(i, te.Load):

@@ -246,10 +246,10 @@ class _Rewriter:
     def _on_tiles(self, node: Node) -> bool:
         """Whether int8 convolution ``node`` is summed in AMX tiles given blocks of 64 input
         channels (`qlinear_conv2d_nchwc`'s ``tiles`` schedule: 64 channels and 64 filters a
-        block, stride 1)."""
+        block)."""
         x, w = node.inputs[:2]
         return self.int8_tiles and self._orig_shape(x)[1] % TILE_BLOCK == 0 and \
-            self._orig_shape(w)[0] % TILE_BLOCK == 0 and dict(node.attrs).get("stride", 1) == 1
+            self._orig_shape(w)[0] % TILE_BLOCK == 0
 
     def _dense(self, node: Node) -> bool:
         x, w, b = node.inputs
