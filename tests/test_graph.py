@@ -152,6 +152,28 @@ def test_injective_chains_fuse_and_reductions_take_them_as_inputs():
         np.testing.assert_allclose(g.build()(x, z), want, rtol=1e-5)
 
 
+def test_a_pooling_window_does_not_take_a_fused_injective_chain():
+    """max_pool2d reads an input up to 9 times (3x3 windows at stride 2 overlap): the
+    chain before it is one kernel of its own, computed once per element; a sum over an
+    axis, which reads each element once, still takes it (the test above)."""
+    g = tdsl.loads("""
+        import std
+        graph g(x: f32[1, 4, 9, 9]) -> y: f32[1, 4, 4, 4] {
+            a = sigmoid(x)
+            b = relu(a)
+            y = max_pool2d(b; kernel=3, stride=2)
+        }""")["g"]
+    c = CompiledGraph(g, {}, {}, True, True, blocked=False)
+    assert [grp.pattern for grp in c.groups] == [Pattern.INJECTIVE, Pattern.REDUCTION]
+    assert c.functions[1].inputs == ("b",)
+    if shutil.which("gcc"):
+        x = rand((1, 4, 9, 9), 3)
+        a = np.maximum(1 / (1 + np.exp(-x)), 0)
+        want = np.max([a[:, :, r:r + 7:2, s:s + 7:2] for r in range(3) for s in range(3)],
+                      axis=0)
+        np.testing.assert_allclose(g.build(layout=False)(x), want, rtol=1e-6)
+
+
 def test_a_value_read_twice_is_not_fused_away():
     g = tdsl.loads("""
         import std

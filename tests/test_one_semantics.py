@@ -375,3 +375,21 @@ def test_host_c_casts_on_armv8_under_qemu():
     op, x, want = _cast_case("f32")
     _check_casts(run_host_c(op.lower(None, {"N": x.size}, target=target), target, [x]),
                  want, "host C on armv8-a")
+
+
+@pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
+@pytest.mark.parametrize("src", ["i8", "u8", "i16", "u16"])
+@pytest.mark.parametrize("dst", ["i32", "u32", "i64", "f32", "f64"])
+def test_vector_widening_casts_go_through_the_widening_helper(src, dst):
+    """A vector cast from 8- or 16-bit integers to wider ones or floats: numpy's values at
+    the source's extremes, and the C through `tdsl_widen_` (one pmovsx/pmovzx, or one
+    doubling of the element at a time): gcc 12 converts 8 -> 32 bits lane by lane when
+    asked in one step, which made an int8 classifier 10x slow."""
+    info = np.iinfo(to_numpy(src))
+    x = np.resize(np.array([info.min, info.max, 0, 1, info.max // 3, info.max - 1],
+                           to_numpy(src)), 64)
+    op = tdsl.loads(f"op w(X: {src}[N]) -> Y: {dst}[N] {{ Y[i] = {dst}(X[i]) * {dst}(3) }}")["w"]
+    k = op.build(shapes={"N": 64})
+    np.testing.assert_array_equal(k(x), x.astype(to_numpy(dst)) * np.array(3, to_numpy(dst)))
+    if dst in ("i32", "u32", "f32"):      # wider results print lane by lane here
+        assert f"tdsl_widen_{src}x" in k.source

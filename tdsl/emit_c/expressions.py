@@ -166,10 +166,13 @@ class CExpressionPrinter:
                 return f"{self.helpers.to_int_sat_vector(e.a.dtype, e.dtype)}" \
                        f"({self.expr(e.a)})", POSTFIX
             value = self.expr(e.a)
-            wide = {"f32": "i32", "f64": "i64"}.get(dst)
-            if is_int(src) and wide and element_size(src) < element_size(wide):
-                # through the signed integers of the float's width (vpmovzxbd, vcvtdq2ps):
-                # gcc has no u8 -> f32 vector conversion and would convert lane by lane
+            wide = {"f32": "i32", "f64": "i64", "i32": "i32", "u32": "i32", "i64": "i64",
+                    "u64": "i64"}.get(dst) if is_int(src) else None
+            if wide and element_size(src) < element_size(wide):
+                # through the signed integers of the result's width (vpmovzxbd, then
+                # vcvtdq2ps for a float): gcc 12 converts u8 -> f32 and i8 -> i32 vectors
+                # lane by lane (a shift and an insert per lane: an int8 classifier's
+                # widening of its weights ran 10x slow)
                 lanes = lanes_of(e)
                 self.vector_type(f"{wide}x{lanes}")
                 value = f"{self.helpers.widen_vector(e.a.dtype, f'{wide}x{lanes}')}({value})"

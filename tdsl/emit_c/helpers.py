@@ -189,7 +189,7 @@ _X86_CONVERT = {16: ("defined(__AVX512F__)", "__m512i", "_mm512"),
 _X86_WIDEN = {16: ("defined(__AVX512F__)", "_mm512"), 8: ("defined(__AVX2__)", "_mm256")}
 _WIDEN_VECTOR = """\
 {q} {vo} tdsl_widen_{vd}_{vod}({v} x) {{
-{fast}    return __builtin_convertvector(x, {vo});
+{fast}    return {steps};
 }}"""
 
 # rint of a GNU vector of f32 (round half to even, numpy's rint): one vrndscaleps /
@@ -665,8 +665,17 @@ class Helpers:
             if int(lanes) * bits > 128:        # 16 x 16 bits: a 256-bit source
                 fast = fast.replace("__m128i m = _mm_setzero_si128()", "__m256i m")
             self._x86_header()
+        # elsewhere one doubling of the element at a time, which gcc does with one
+        # instruction each (vpmovsxbw, vpmovsxwd): straight from 8 bits to 32 it shifts and
+        # inserts lane by lane
+        steps, size, kind = "x", _SIZES[src], src[0]
+        while 2 * size < _SIZES[wide.split("x")[0]]:
+            size *= 2
+            step = self.vector(f"{kind}{8 * size}", int(lanes))
+            steps = f"__builtin_convertvector({steps}, {step})"
+        steps = f"__builtin_convertvector({steps}, {vo})"
         self._add(f"widen_{dtype}_{wide}", _WIDEN_VECTOR, src, v=v, vo=vo, vd=dtype,
-                  vod=wide, fast=fast)
+                  vod=wide, fast=fast, steps=steps)
         return f"tdsl_widen_{dtype}_{wide}"
 
     def _x86_header(self) -> None:

@@ -76,6 +76,16 @@ def reads_elementwise(fn: te.Function, k: int) -> bool:
     return bool(reads) and all(ld.indices == axes for ld in reads)
 
 
+def reads_through_window(fn: te.Function, k: int) -> bool:
+    """Whether some read of input ``k`` has an index that combines two loop variables
+    (``X[n, c, 2 * y + r, 2 * x + s]``, a pooling window): the same element is read for
+    several outputs, so a computation fused into that read is done several times over."""
+    return any(len(te.free_vars(i)) > 1
+               for t in fn.stages() if not t.is_placeholder
+               for ld in te.loads(t.op.body) if ld.tensor is fn.inputs[k]
+               for i in ld.indices)
+
+
 def output_is_fusable(fn: te.Function) -> bool:
     """Whether an epilogue can be composed into the output stage: it has no reduction
     (dense's ``Y = P + b``), or it is one reduction at the top (the textbook conv2d's
