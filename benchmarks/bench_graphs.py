@@ -7,7 +7,7 @@ onnxruntime and PyTorch where installed, in one run, with ratios.
     python benchmarks/bench_graphs.py --imported   # and the models exported from PyTorch
     python benchmarks/bench_graphs.py --all --no-variants   # issue 26's models table only
 
-The models table (``--mobilenetv2``, ``--bert``, ``--int8``, ``--resnet50`` with
+The models table (``--mobilenetv2``, ``--bert``, ``--int8``, ``--int8-resnet50``, ``--resnet50`` with
 ``--no-variants``; ``--all`` is the four) times tdsl's default build, tdsl tuned (with
 ``--tuning-log LOG``: each model built with that log, e.g. `tdsl tune --graph`'s at 64
 trials per kernel; "-" without one), onnxruntime and PyTorch (eager: BERT's layer as
@@ -142,6 +142,9 @@ def model_cases(args):
         f32, q = onnx_models.resnet_block_int8()
         yield "ResNet block f32 1x64x56x56", f32
         yield "int8 block (QDQ) 1x64x56x56", q
+    if args.int8_resnet50:
+        yield "ResNet-50 int8 (QDQ) 1x3x224x224", onnx_models.quantize_qdq(
+            onnx_models.resnet50())
 
 
 def torch_runner(model, x):
@@ -321,6 +324,8 @@ def main(argv=None) -> int:
     p.add_argument("--int8", action="store_true", help="a ResNet basic block (64 channels, "
                    "56x56) in f32 and int8 (onnxruntime's quantize_static, QDQ) in the models "
                    "table, with the int8 / f32 ratio")
+    p.add_argument("--int8-resnet50", action="store_true", help="ResNet-50 quantized by "
+                   "onnxruntime's quantize_static (QDQ) in the models table")
     p.add_argument("--all", action="store_true", help="--resnet50 --mobilenetv2 --bert --int8")
     p.add_argument("--no-variants", action="store_true", help="skip the first table (fused, "
                    "layout, Winograd and unfused variants); the models table only")
@@ -335,7 +340,8 @@ def main(argv=None) -> int:
     print(f"threads: {os.environ.get('OMP_NUM_THREADS', 'default')}")
     if not args.no_variants:
         variants_table(args)
-    if args.mobilenetv2 or args.bert or args.int8 or (args.resnet50 and args.no_variants):
+    if args.mobilenetv2 or args.bert or args.int8 or args.int8_resnet50 or \
+            (args.resnet50 and args.no_variants):
         models_table(args)
     if args.imported:
         import bench_onnx_models
