@@ -158,3 +158,44 @@ def test_tdsl_test_property_tests_an_embedded_target(capsys):
     assert cli.main(["test", "std", "--op", "qadd", "--target", "c-embedded",
                      "--examples", "2"]) == 0
     assert "qadd: ok (2 examples)" in capsys.readouterr().out
+
+
+# --------------------------------------------------------------------------- issue 26
+
+@pytest.mark.parametrize("spec", ["c -march=armv8.6-a+i8mm", "c -march=armv8-a"])
+def test_int8_convolution_on_arm_uses_usdot_where_the_isa_has_it(spec):
+    """std qlinear_conv2d_nchwc built for Arm and run under qemu-aarch64, bit-exact with
+    MLAS's arithmetic (tests/numpy_ref.py): with I8MM (Armv8.6) the dot product of four u8
+    activations and four i8 weights per lane is one usdot, the target counts as having an
+    int8 dot product (QLinearConv imports to it); plain Armv8 keeps the lane loop."""
+    import subprocess
+    from numpy_ref import qlinear_conv2d as reference
+    from test_int8_dot import blocked
+    from tdsl.emit_c.c import emit_c
+    try:
+        target = tdsl.Target(spec)
+    except tdsl.TdslError as exc:
+        pytest.skip(str(exc))
+    why = missing_tool(target)
+    if why:
+        pytest.skip(why)
+    std = tdsl.load("std")
+    rng = np.random.default_rng(4)
+    c, f, h, w, k = 8, 8, 5, 7, 3
+    x = rng.integers(0, 256, (1, c, h, w)).astype(np.uint8)
+    wt = rng.integers(-128, 128, (f, c, k, k)).astype(np.int8)
+    b = rng.integers(-40000, 40000, f).astype(np.int32)
+    s = rng.uniform(1e-4, 3e-3, f).astype(np.float32)
+    attrs = dict(padding=1, x_zp=130, y_zp=7)
+    wp = std["pack_qconv_weights"].build(in_block=4, out_block=4)(wt)
+    func = std["qlinear_conv2d_nchwc"].lower(
+        None, dict(N=1, CB=2, IH=h, IW=w, CI=4, FB=2, KH=k, KW=k, CQ=1, FI=4), target=target,
+        **attrs)
+    (got,) = run_host_c(func, target, [blocked(x, 4), wp, b.reshape(-1, 4), s.reshape(-1, 4)])
+    np.testing.assert_array_equal(got, blocked(reference(x, wt, b, s, **attrs), 4))
+    asm = subprocess.run([target.compiler, *target.flags, "-S", "-x", "c", "-", "-o", "-"],
+                         input=emit_c(func, target=target).source, capture_output=True,
+                         text=True, check=True).stdout
+    i8mm = "i8mm" in spec
+    assert target.has_int8_dot == i8mm
+    assert ("usdot" in asm) == i8mm

@@ -202,8 +202,10 @@ _ROUND_VECTOR = """\
 
 # The int8 dot product (vectorize.py's dot4_u8i8): lane j of the result is acc[j] plus the
 # four products a[k] * b[4 j + k] of unsigned a and signed b, exact in i32. Where the target
-# has VNNI that is one vpdpbusd (the preprocessor reads the -march flags: the target's
-# features choose, no runtime dispatch); elsewhere a lane loop gcc vectorizes. AVX2 without
+# has VNNI that is one vpdpbusd, with Arm's I8MM one usdot (the preprocessor reads the
+# -march flags: the target's features choose, no runtime dispatch); elsewhere a lane loop
+# gcc vectorizes. (Armv8.2's sdot multiplies two signed vectors: u8 activations would need
+# a correction term.) AVX2 without
 # VNNI has vpmaddubsw, but it saturates the sum of two products to i16 (255 * 127 * 2 >
 # 32767), so it is not used: the results stay bit-exact on every target.
 _DOT4_U8I8 = """\
@@ -703,17 +705,28 @@ class Helpers:
         """The int8 dot product on ``dtype`` ("i32x16") accumulators (`_DOT4_U8I8`)."""
         lanes = int(dtype.split("x")[1])
         v, va, vb = self.vector("i32", lanes), self.vector("u8", 4), self.vector("i8", 4 * lanes)
-        fast = ""
+        paths = []          # (the preprocessor condition, the statement), first match
         if lanes in _VNNI:
             guard, fn, m, bcast = _VNNI[lanes]
+
             def step(fn):
                 return (f"    {{ int32_t a4; memcpy(&a4, &a, 4); "
                         f"return ({v}){fn}(({m})acc, {bcast}(a4), ({m})b); }}\n")
-            fast = f"#if {guard}\n" + step(fn)
+            paths.append((guard, step(fn)))
             if lanes in _AVX_VNNI:
-                fast += "#elif defined(__AVXVNNI__)\n" + step(_AVX_VNNI[lanes])
-            fast += "#endif\n"
+                paths.append(("defined(__AVXVNNI__)", step(_AVX_VNNI[lanes])))
             self._x86_header()
+        if lanes == 4:
+            # Armv8.6's I8MM: usdot, u8 x i8 in four groups of four (each lane's own bytes
+            # of b against a's four, broadcast)
+            paths.append(("defined(__ARM_FEATURE_MATMUL_INT8)",
+                          "    { uint32_t a4; memcpy(&a4, &a, 4); "
+                          f"return ({v})vusdotq_s32((int32x4_t)acc, "
+                          "vreinterpretq_u8_u32(vdupq_n_u32(a4)), (int8x16_t)b); }\n"))
+            self._add("arm_intrinsics",
+                      "#if defined(__ARM_NEON)\n#include <arm_neon.h>\n#endif")
+        fast = "".join(f"#{'if' if k == 0 else 'elif'} {guard}\n{stmt}"
+                       for k, (guard, stmt) in enumerate(paths)) + ("#endif\n" if paths else "")
         self._add(f"dot4_u8i8_{dtype}", _DOT4_U8I8, "i32", v=v, vd=dtype, va=va, vb=vb,
                   lanes=lanes, fast=fast)
         return f"tdsl_dot4_u8i8_{dtype}"
