@@ -154,6 +154,7 @@ class Target(metaclass=_ParsedFromString):
                  f"lanes      {self.lanes} (float32 per vector)",
                  f"registers  {self.registers} vector registers",
                  f"l1         {self.l1 // 1024} KiB", f"l2         {self.l2 // 1024} KiB",
+                 f"amx        {self.amx} (int8 sums in AMX tiles: {'yes' if self.amx else 'no'})",
                  f"compiler   {self.compiler} {' '.join(self.flags)}"]
         if self.warp:
             lines += [f"warp       {self.warp}", f"threads    {self.max_threads} per block",
