@@ -16,10 +16,10 @@ expression, where it is easiest to state). The loops below the axis match the in
 
 The call passes, for each intrinsic input in order and then the output, ``&buf[offset]``
 followed by the buffer's strides (in elements, times the steps), as `TensorIntrin`
-documents. The C source
-goes to ``attrs["extern_sources"][name]``; the intrinsic itself to
-``attrs["tensor_intrinsics"][name]`` (the interpreter runs it from there).
-"""
+documents. The C source goes to ``attrs["extern_sources"][name]``; the intrinsic itself to
+``attrs["tensor_intrinsics"][name]`` (the interpreter runs it from there). An intrinsic
+with ``init`` and ``finish`` (sums kept in registers of its own) also gets those two calls
+around the reduction loops (`state_calls`)."""
 from __future__ import annotations
 
 import dataclasses

@@ -17,6 +17,10 @@ program order:
   weight-only node that constant folding computes at build time;
 - a standard ``depthwise_conv2d`` whose channels are a multiple of ``lanes`` to
   ``depthwise_conv2d_nchwc`` (weights through ``pack_depthwise_weights``, folded too);
+- a standard ``qlinear_conv2d`` (u8 activations, i8 weights) to ``qlinear_conv2d_nchwc`` on
+  u8 activations blocked as f32's are, or by 64 (``TILE_BLOCK``) where the target sums int8
+  products in AMX tiles and its channels and filters are multiples of 64 (weights through
+  ``pack_qconv_weights``);
 - ops on a blocked value that have a blocked form: ``bias_add``, ``batch_norm`` and
   ``scale_shift`` (their per-channel vectors through ``pack_channels``), elementwise ops
   (any op whose every input is read at the output's own indices, re-instantiated at rank
@@ -221,7 +225,8 @@ class _Rewriter:
 
     def _qconv(self, node: Node) -> bool:
         """The int8 convolution on blocked u8 activations: input blocks of a multiple of 4
-        channels (the dot product's groups), output blocks as f32's."""
+        channels (the dot product's groups), output blocks as f32's; blocks of 64 for both
+        where it sums in AMX tiles (`_on_tiles`)."""
         x, w, b, scale = node.inputs
         xs, ws = self._orig_shape(x), self._orig_shape(w)
         if x in self.blocked:
