@@ -270,7 +270,10 @@ def _resolve_c(options: dict) -> Target:
         # (Sapphire Rapids) gcc computed f16(f32(x) * f32(w) + 1) in half precision and kept
         # casts to _Float16 unrounded (tests/test_dtypes_wide.py: 70001 for inf)
         flags.append("-mno-avx512fp16")
-    amx = options.get("amx", "1" if {"__AMX_INT8__", "__AMX_TILE__"} <= macros else "0")
+    # the host's own CPU (no -march named): its tiles only where Linux grants them
+    native = host and not any(k in options for k in ("march", "mcpu"))
+    tiles = {"__AMX_INT8__", "__AMX_TILE__"} <= macros and (not native or host_grants_amx())
+    amx = options.get("amx", "1" if tiles else "0")
     if amx not in ("0", "1"):
         raise TargetError(f"target option -amx must be 0 or 1, got '{amx}'")
     return Target("c", tuple(sorted(options.items())), arch, lanes, registers,
@@ -454,6 +457,22 @@ def _resolve_opencl(options: dict) -> Target:
 def host_arch() -> str:
     machine = platform.machine().lower()
     return {"amd64": "x86_64", "arm64": "aarch64"}.get(machine, machine)
+
+
+@functools.lru_cache(maxsize=None)
+def host_grants_amx() -> bool:
+    """Whether Linux lets this process use the AMX tiles (arch_prctl ARCH_REQ_XCOMP_PERM for
+    XFEATURE_XTILEDATA, what the tile kernels ask before their first use): a kernel or a
+    sandbox that refuses would leave them on their plain-C fallback, so the host target
+    then says amx = 0 and the int8 convolutions stay on VNNI."""
+    if platform.system() != "Linux" or host_arch() != "x86_64":
+        return False
+    import ctypes
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.syscall(158, 0x1023, 18) == 0        # SYS_arch_prctl on x86_64
+    except (OSError, AttributeError):
+        return False
 
 
 @functools.lru_cache(maxsize=None)

@@ -137,6 +137,18 @@ def test_the_amx_constant_comes_from_the_isa_and_may_be_set():
         as_target("c -amx=2")
 
 
+def test_a_host_that_refuses_the_tiles_keeps_int8_on_vnni(monkeypatch):
+    """Where Linux (or a sandbox) refuses the tiles' state to the process, the host target
+    says amx = 0: the tile kernels would run their plain-C fallback. A target naming its
+    CPU is built for that CPU, wherever it is built."""
+    import tdsl.target as tt
+    monkeypatch.setattr(tt, "host_grants_amx", lambda: False)
+    resolve = tt._parse.__wrapped__            # past the cache of resolved targets
+    assert resolve("c").amx == 0
+    if X86:
+        assert resolve("c -march=sapphirerapids").amx == 1
+
+
 def test_a_data_loop_inside_the_reduction_is_refused_for_a_stateful_intrinsic():
     """The sums stay in the tiles across the reduction loops around the call: a data loop
     among them would mix two outputs' sums."""
