@@ -229,14 +229,14 @@ class _Rewriter:
         where it sums in AMX tiles (`_on_tiles`)."""
         x, w, b, scale = node.inputs
         xs, ws = self._orig_shape(x), self._orig_shape(w)
+        tiles = self._on_tiles(node)
         if x in self.blocked:
             xb, cin = self.blocked[x], self._block(x)
         else:
-            cin = TILE_BLOCK if self._on_tiles(node) else self._channel_block(xs[1])
+            cin = TILE_BLOCK if tiles else self._channel_block(xs[1])
             xb = None
         # on tiles, the filters in blocks of 64 too: the next convolution's input blocks
-        fb = TILE_BLOCK if cin == TILE_BLOCK and self._on_tiles(node) else \
-            self._channel_block(ws[0])
+        fb = TILE_BLOCK if tiles and cin == TILE_BLOCK else self._channel_block(ws[0])
         if fb is None or cin is None or cin % 4 or w not in self.graph.params:
             return False
         xb = xb or self._to_blocked(x, cin)
