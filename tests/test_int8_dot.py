@@ -163,3 +163,17 @@ def test_if_conversion_stays_on_for_whole_vector_selects():
         "tdsl_bcast_u8x16(0));")
     assert _reads_under_select("Y[i] = c ? B[i] : 0;")
     assert _reads_under_select("Y[i] = c ? tdsl_load_f32x16(&B[i]) + A[j] : 0;")
+
+
+def test_if_conversion_stays_on_where_the_condition_reads_the_loads():
+    """A load the statement reads before the select's `?` is read unconditionally: the
+    select needs no masked load of it (tanh of a loaded value, an LSTM step's gates). A
+    branch's other loads, a load after `&&` and a nested index still take the flag."""
+    x = "P[256 * b + j] + M[256 * b + j]"
+    assert not _reads_under_select(
+        f"I[64 * b + j] = fabsf({x}) < 0.625f ? {x} + {x} * 0.5f : "
+        f"({x} < 0.0f ? -1.0f : 1.0f) * tdsl_exp_f32({x});")
+    assert not _reads_under_select("H[j] = O[j] * (Cn[j] < 0.0f ? -Cn[j] : Cn[j]);")
+    assert _reads_under_select("Y[i] = A[i] >= 0.0f ? A[i] : A[i] * B[i];")      # PRelu
+    assert _reads_under_select("Y[i] = i < n && A[i] > 0.0f ? A[i] : 0.0f;")
+    assert _reads_under_select("Y[i] = A[i] > 0.0f ? A[K[i]] : 0.0f;")
