@@ -205,3 +205,17 @@ def test_chunked_3x3_conv_matches_the_reference(cb, fb, h, w, stride, kc, ry, fi
     kernel = op.build(shapes=shapes, specialize=False, config=config, **attrs)
     np.testing.assert_allclose(kernel(x, wt), op.reference(x, wt, **attrs), rtol=1e-4,
                                atol=1e-3)
+
+
+@pytest.mark.parametrize("op, k", [("conv2d_nchwc_valid", 1), ("conv2d_nchwc", 3)])
+def test_the_chunked_default_holds_for_inputs_narrower_than_the_stride(op, k):
+    """ry's default divides by the output's width (IW // stride): a 1-pixel input at stride
+    2 (a Conv3d's depth folded into the batch, a pooled map) made that 0 and the default a
+    division by zero. It is at least one row now."""
+    target = tdsl.Target("c -march=x86-64-v4 -l1=32768")
+    lanes = target.lanes
+    shapes = dict(N=1, CB=512 // lanes, IH=1, IW=1, CI=lanes, FB=128 // lanes, KH=k, KW=k,
+                  FI=lanes)
+    attrs = {"stride": 2, **({"padding": 1} if k == 3 else {})}
+    cfg = tdsl.stdlib[op].schedule(target=target, shapes=shapes, **attrs).default_config()
+    assert cfg["kc"] > 0 and cfg["ry"] == 1
