@@ -217,6 +217,32 @@ class _Builder:
         return self.add_relu(h, short)
 
 
+def mobilenetv3_like(c=16, e=32, hw=14, opset=17):
+    """MobileNetV3's bottleneck: a 1x1 expansion, depthwise 3x3, HardSwish after each, a
+    squeeze-and-excitation scale (global pool, 1x1 down with Relu, 1x1 up with HardSigmoid,
+    multiplied in at [N, C, 1, 1] broadcast over the pixels), a 1x1 projection and the
+    residual add."""
+    nodes = [
+        helper.make_node("Conv", ["x", "ew", "eb"], ["e"]),
+        helper.make_node("HardSwish", ["e"], ["ea"]),
+        helper.make_node("Conv", ["ea", "dw", "db"], ["d"], group=e, pads=[1, 1, 1, 1]),
+        helper.make_node("HardSwish", ["d"], ["da"]),
+        helper.make_node("GlobalAveragePool", ["da"], ["sq"]),
+        helper.make_node("Conv", ["sq", "s1w", "s1b"], ["s1"]),
+        helper.make_node("Relu", ["s1"], ["s1a"]),
+        helper.make_node("Conv", ["s1a", "s2w", "s2b"], ["s2"]),
+        helper.make_node("HardSigmoid", ["s2"], ["sc"], alpha=1 / 6),
+        helper.make_node("Mul", ["da", "sc"], ["se"]),
+        helper.make_node("Conv", ["se", "pw", "pb"], ["p"]),
+        helper.make_node("Add", ["x", "p"], ["y"]),
+    ]
+    inits = [_w("ew", e, c, 1, 1), _w("eb", e, scale=0.1), _w("dw", e, 1, 3, 3),
+             _w("db", e, scale=0.1), _w("s1w", e // 4, e, 1, 1), _w("s1b", e // 4, scale=0.1),
+             _w("s2w", e, e // 4, 1, 1), _w("s2b", e, scale=0.1), _w("pw", c, e, 1, 1),
+             _w("pb", c, scale=0.1)]
+    return _model(nodes, [("x", [1, c, hw, hw])], ["y"], inits, opset)
+
+
 def resnet18_stack(hw=56, opset=17):
     """ResNet-18's layer1 and layer2 (four basic blocks, the second stage downsampling) on a
     1x64x56x56 input."""

@@ -97,6 +97,58 @@ def test_concatenations_of_blocked_activations_match_at_both_block_widths(make, 
     assert any(ops[0] == "from_nchwc" and ops[-1] == "to_nchwc" for ops in fused), fused
 
 
+@needs_gcc
+@pytest.mark.parametrize("block", BLOCKS)
+def test_imported_activations_and_broadcast_scales_stay_blocked(block):
+    """MobileNetV3's HardSwish and HardSigmoid import as generated elementwise ops, and its
+    squeeze-and-excitation Mul broadcasts a [1, C, 1, 1] scale over the pixels: the layout
+    pass runs all of them on blocked activations, so the block has one conversion to NCHW,
+    at its output (there were four, a quarter of the block's time, with HardSwish, the
+    global pool and the Mul on NCHW)."""
+    model = onnx_models.mobilenetv3_like(c=block, e=2 * block)
+    text, params = convert_model(model, "net")
+    g = tdsl.loads(text)["net"]
+    x = input_for(model)
+    m = g.build(run_target(block), params=params, layout=True)
+    got = m(x)
+    np.testing.assert_allclose(got, g.reference(x, params=params), rtol=1e-4, atol=1e-5)
+    want = run_onnx(model, x)
+    if want is not None:
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    ops = [op for f in m.compiled(x).functions for op in f.ops]
+    assert ops.count("from_nchwc") == 1 and ops[-1] == "from_nchwc", ops
+    assert "global_avg_pool2d_nchwc" in ops
+    blocked = {v for v, layout in m.compiled(x).layouts.items() if layout == f"NCHW{block}c"}
+    assert {"ea", "da", "se"} <= blocked, blocked       # HardSwish, the Mul
+
+
+def test_blocked_channels_takes_channel_reads_only():
+    """The layout pass's rewrite of a generated 4-D op onto blocked channels: a read of the
+    channel at the output's channel index becomes [c // block, c % block]; an input
+    broadcast over the channels, or the channel index used in arithmetic, is refused."""
+    from tdsl.lowering.graph.layout import blocked_channels
+
+    def fn(body, shapes):
+        params = ", ".join(f"A{k}: f32[{', '.join(map(str, s))}]" for k, s in enumerate(shapes))
+        return tdsl.loads(f"op f({params}) -> Y: f32[1, 32, 4, 4] {{\n"
+                          f"    Y[n, c, y, x] = {body}\n}}\n")["f"].function()
+    scaled = blocked_channels(fn("A0[n, c, y, x] * A1[0, c, 0, 0]",
+                                 [(1, 32, 4, 4), (1, 32, 1, 1)]), 8)
+    assert [tuple(d.value for d in ph.shape) for ph in scaled.inputs] == \
+        [(1, 4, 4, 4, 8), (1, 4, 1, 1, 8)]
+    assert tuple(d.value for d in scaled.outputs[0].shape) == (1, 4, 4, 4, 8)
+    a = np.random.default_rng(0).standard_normal((1, 32, 4, 4)).astype(np.float32)
+    s = np.random.default_rng(1).standard_normal((1, 32, 1, 1)).astype(np.float32)
+    blocked = [v.reshape(1, 4, 8, *v.shape[2:]).transpose(0, 1, 3, 4, 2) for v in (a, s)]
+    from tdsl.lowering.reference.semantics import evaluate
+    y = evaluate(scaled, blocked, {})[0]
+    np.testing.assert_array_equal(y, (a * s).reshape(1, 4, 8, 4, 4).transpose(0, 1, 3, 4, 2))
+    assert blocked_channels(fn("A0[n, c, y, x] * A1[0, 0, y, x]",
+                               [(1, 32, 4, 4), (1, 1, 4, 4)]), 8) is None
+    assert blocked_channels(fn("A0[n, c, y, x] * f32(c)", [(1, 32, 4, 4)]), 8) is None
+    assert blocked_channels(fn("A0[n, c, y, x]", [(1, 32, 4, 4)]), 12) is None
+
+
 def test_weights_listed_as_inputs_are_weights_and_std_ops_are_used():
     text, params = convert_model(onnx_models.squeezenet_like(opset=7), "net")
     g = tdsl.loads(text)["net"]

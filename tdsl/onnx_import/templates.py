@@ -88,6 +88,17 @@ def broadcast_index(shape, out_rank: int, out_idx: list[str]) -> str:
 def elementwise(operands, out_shape, expr: str, dtype: str = "f32") -> str:
     """``Y = expr`` of ``dtype`` where ``{0}``, ``{1}`` ... in ``expr`` are the operands
     (a `Literal`, or anything with a shape and a dtype: a tensor argument, broadcast)."""
+    tensors = [op for op in operands if not isinstance(op, Literal)]
+    if out_shape and tensors and all(tuple(op.shape) == tuple(out_shape) for op in tensors):
+        # no broadcasting: an op of any rank (relu's form), which the graph's layout pass
+        # runs on blocked activations as it runs std's elementwise ops, so an imported
+        # HardSwish between two convolutions costs no layout transforms around it
+        params = [f"A{k}: {op.dtype}[*S]" for k, op in enumerate(operands)
+                  if not isinstance(op, Literal)]
+        terms = [op.text if isinstance(op, Literal) else f"A{k}[*i]"
+                 for k, op in enumerate(operands)]
+        return (f"op {{name}}({', '.join(params)}) -> Y: {dtype}[*S] {{\n"
+                f"    Y[*i] = {expr.format(*terms)}\n}}\n")
     i = idx(len(out_shape))
     params, terms = [], []
     for k, op in enumerate(operands):

@@ -123,6 +123,55 @@ def layout_name(shape: tuple[int, ...]) -> str | None:
     return None
 
 
+def blocked_channels(fn: te.Function, block: int) -> te.Function | None:
+    """``fn``, one injective stage of a 4-D output computed from 4-D inputs of the output's
+    channels, rewritten onto NCHW[block]c inputs and output: every read of an input has the
+    output's channel axis ``c`` as its channel index and ``c`` nowhere else, so it becomes a
+    read at ``[..., c // block, ..., c % block]`` with both parts new axes (TVM's layout
+    inference for broadcast ops). Its other indices stay as written: an input broadcast over
+    the pixels (``S[n, c, 0, 0]``) is blocked as ``[N, C / block, 1, 1, block]``. The sizes
+    must be constants (the graph's are, at build). None where the form does not hold."""
+    if len(fn.outputs) != 1 or len(fn.stages()) != 1 or fn.shape_vars:
+        return None
+    out = fn.outputs[0]
+    if out.ndim != 4 or not all(isinstance(d, te.Const) for d in out.shape):
+        return None
+    n, c, h, w = (ax.var for ax in out.op.axes)
+    channels = out.shape[1].value
+    if channels % block:
+        return None
+    cb, ci = te.Var(f"{c.name}_block"), te.Var(f"{c.name}_lane")
+    blocked = {}
+    for x in fn.inputs:
+        if x.ndim != 4 or not all(isinstance(d, te.Const) for d in x.shape) or \
+                x.shape[1].value != channels:
+            return None
+        shape = (x.shape[0], te.const(channels // block, INDEX), x.shape[2], x.shape[3],
+                  te.const(block, INDEX))
+        blocked[x] = te.placeholder(x.name, shape, x.dtype)
+    reads = [ld for ld in te.loads(out.op.body) if ld.tensor in blocked]
+    if any(ld.indices[1] != c or any(c in te.free_vars(i) or any(te.loads(i))
+                                     for k, i in enumerate(ld.indices) if k != 1)
+           for ld in reads) or \
+            c in te.free_vars(te.rewrite(out.op.body, pre=lambda e: te.const(0, INDEX)
+                                         if isinstance(e, te.Load) else None)):
+        return None
+
+    def read(e):
+        if isinstance(e, te.Load) and e.tensor in blocked:
+            i = e.indices
+            return te.Load(blocked[e.tensor], (i[0], cb, i[2], i[3], ci), e.dtype)
+        return None
+    body = te.rewrite(out.op.body, pre=read)
+    axes = (te.IterVar(n, out.shape[0]), te.IterVar(cb, te.const(channels // block, INDEX)),
+            te.IterVar(h, out.shape[2]), te.IterVar(w, out.shape[3]),
+            te.IterVar(ci, te.const(block, INDEX)))
+    result = te.Tensor(out.name, tuple(ax.extent for ax in axes), out.dtype,
+                       te.Compute(axes, body))
+    return te.Function(fn.name, tuple(blocked[x] for x in fn.inputs), (result,), (),
+                       fn.attrs)
+
+
 class _Rewriter:
     def __init__(self, graph: Graph, std, graph_sizes, lanes: int, winograd: bool,
                  int8_tiles: bool):
@@ -276,30 +325,39 @@ class _Rewriter:
         return True
 
     def _elementwise(self, node: Node) -> bool:
-        """An op reading every input at its output's indices, all of the output's shape
-        (relu, add, clip ...): the same op at rank 5, on blocked inputs."""
+        """An injective op on 4-D values of the output's channels, each read at the output's
+        channel index (relu, add, clip; an imported HardSwish; a squeeze-and-excitation
+        scale of [N, C, 1, 1] broadcast over the pixels): the same op on blocked inputs."""
         out_shape = self._orig_shape(node.outputs[0])
         blocks = {self._block(v) for v in node.inputs if v in self.blocked} or \
             {self._wanted_block(node)} - {None}
         if len(out_shape) != 4 or len(blocks) != 1 or out_shape[1] % min(blocks) or \
                 classify(node.fn) != Pattern.INJECTIVE or \
-                any(self._orig_shape(v) != out_shape for v in node.inputs) or \
                 any(self.orig[v].dtype not in _CONVERSIONS
-                    for v in (*node.inputs, node.outputs[0])) or \
-                not all(reads_elementwise(node.fn, k) for k in range(len(node.inputs))):
-            return False
-        try:
-            fn = node.opdef.instantiate(dict(node.attrs), [5] * len(node.inputs))
-        except TdslError:       # an op that takes no rank 5: it stays NCHW
-            return False
-        if any(ph.ndim != 5 for ph in fn.inputs):
+                    for v in (*node.inputs, node.outputs[0])):
             return False
         block = blocks.pop()
+        fn = self._at_rank_5(node) or blocked_channels(node.fn, block)
+        if fn is None:
+            return False
         inputs = tuple(self.blocked[v] if v in self.blocked else self._to_blocked(v, block)
                        for v in node.inputs)
         self._emit(node.op, inputs, node, dict(node.attrs), blocked=True, fn=fn,
                    opdef=node.opdef)
         return True
+
+    def _at_rank_5(self, node: Node):
+        """An op of any rank (std's relu, add ...) reading each input, of the output's
+        shape, at the output's indices: instantiated at rank 5. None where not."""
+        out_shape = self._orig_shape(node.outputs[0])
+        if any(self._orig_shape(v) != out_shape for v in node.inputs) or \
+                not all(reads_elementwise(node.fn, k) for k in range(len(node.inputs))):
+            return None
+        try:
+            fn = node.opdef.instantiate(dict(node.attrs), [5] * len(node.inputs))
+        except TdslError:       # an op of fixed rank
+            return None
+        return fn if all(ph.ndim == 5 for ph in fn.inputs) else None
 
     def _wanted_block(self, node: Node) -> int | None:
         """The block an elementwise op of NCHW inputs takes all the same, because every
