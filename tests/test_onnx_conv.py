@@ -135,7 +135,24 @@ def test_conv_transpose_with_constant_weights_runs_as_gemm_and_col2im(data):
     inits = [("w", w)] + ([("b", _r(f))] if draw(st.booleans()) else [])
     m = _model("ConvTranspose", x.shape, {"strides": strides, "dilations": dil,
                                           "pads": lo + hi, "output_padding": opad}, inits)
-    assert "= matmul(" in _check(m, x, rtol=1e-4, atol=1e-4)
+    text = _check(m, x, rtol=1e-4, atol=1e-4)
+    assert ("= dense(" if np.prod(ins) == 1 else "= matmul(") in text
+
+
+@needs_gcc
+@pytest.mark.parametrize("n, k, stride, pads, bias", [
+    (2, 4, 1, [0, 0, 0, 0], True),          # DCGAN's first layer: 1x1 -> 4x4
+    (1, 3, 2, [1, 0, 0, 1], False),
+    (3, 2, 3, [0, 0, 1, 1], True),
+])
+def test_conv_transpose_of_one_pixel_runs_as_dense(n, k, stride, pads, bias):
+    """A one-pixel input (a generator's latent vector): the GEMM is std dense over the
+    batch's rows, its vectors along the taps; the gather reads its [N, F x K x K] result."""
+    x, w = _r(n, 5, 1, 1), _r(5, 3, k, k)
+    inits = [("w", w)] + ([("b", _r(3))] if bias else [])
+    m = _model("ConvTranspose", x.shape, {"strides": [stride, stride], "pads": pads}, inits)
+    text = _check(m, x, rtol=1e-4, atol=1e-4)
+    assert "= dense(" in text and "= matmul(" not in text
 
 
 @needs_gcc

@@ -124,29 +124,43 @@ def test_imported_activations_and_broadcast_scales_stay_blocked(block):
 
 def test_blocked_channels_takes_channel_reads_only():
     """The layout pass's rewrite of a generated 4-D op onto blocked channels: a read of the
-    channel at the output's channel index becomes [c // block, c % block]; an input
-    broadcast over the channels, or the channel index used in arithmetic, is refused."""
+    channel at the output's channel index becomes [c // block, c % block]; an input read
+    without the channel (broadcast over the channels, a resize's index table) stays as it
+    is; the channel index used in arithmetic or read elsewhere, and a gathered index, are
+    refused."""
     from tdsl.lowering.graph.layout import blocked_channels
+    from tdsl.lowering.reference.semantics import evaluate
 
-    def fn(body, shapes):
-        params = ", ".join(f"A{k}: f32[{', '.join(map(str, s))}]" for k, s in enumerate(shapes))
+    def fn(body, inputs):
+        params = ", ".join(f"A{k}: {t}" for k, t in enumerate(inputs))
         return tdsl.loads(f"op f({params}) -> Y: f32[1, 32, 4, 4] {{\n"
                           f"    Y[n, c, y, x] = {body}\n}}\n")["f"].function()
-    scaled = blocked_channels(fn("A0[n, c, y, x] * A1[0, c, 0, 0]",
-                                 [(1, 32, 4, 4), (1, 32, 1, 1)]), 8)
+
+    def blocked(v):
+        return v.reshape(1, 4, 8, *v.shape[2:]).transpose(0, 1, 3, 4, 2)
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((1, 32, 4, 4)).astype(np.float32)
+    s = rng.standard_normal((1, 32, 1, 1)).astype(np.float32)
+    p = rng.standard_normal((1, 1, 4, 4)).astype(np.float32)
+    scaled, on_blocks = blocked_channels(fn("A0[n, c, y, x] * A1[0, c, 0, 0] + A2[0, 0, y, x]",
+                                            ["f32[1, 32, 4, 4]", "f32[1, 32, 1, 1]",
+                                             "f32[1, 1, 4, 4]"]), 8)
+    assert on_blocks == (True, True, False)
     assert [tuple(d.value for d in ph.shape) for ph in scaled.inputs] == \
-        [(1, 4, 4, 4, 8), (1, 4, 1, 1, 8)]
-    assert tuple(d.value for d in scaled.outputs[0].shape) == (1, 4, 4, 4, 8)
-    a = np.random.default_rng(0).standard_normal((1, 32, 4, 4)).astype(np.float32)
-    s = np.random.default_rng(1).standard_normal((1, 32, 1, 1)).astype(np.float32)
-    blocked = [v.reshape(1, 4, 8, *v.shape[2:]).transpose(0, 1, 3, 4, 2) for v in (a, s)]
-    from tdsl.lowering.reference.semantics import evaluate
-    y = evaluate(scaled, blocked, {})[0]
-    np.testing.assert_array_equal(y, (a * s).reshape(1, 4, 8, 4, 4).transpose(0, 1, 3, 4, 2))
-    assert blocked_channels(fn("A0[n, c, y, x] * A1[0, 0, y, x]",
-                               [(1, 32, 4, 4), (1, 1, 4, 4)]), 8) is None
-    assert blocked_channels(fn("A0[n, c, y, x] * f32(c)", [(1, 32, 4, 4)]), 8) is None
-    assert blocked_channels(fn("A0[n, c, y, x]", [(1, 32, 4, 4)]), 12) is None
+        [(1, 4, 4, 4, 8), (1, 4, 1, 1, 8), (1, 1, 4, 4)]
+    y = evaluate(scaled, [blocked(a), blocked(s), p], {})[0]
+    np.testing.assert_array_equal(y, blocked(a * s + p))
+    # a reduction over a window: blocked; a gathered index (a resize's table): refused
+    pooled, _ = blocked_channels(fn("sum[t: 2](A0[n, c, y // 2 * 2 + t, x])",
+                                    ["f32[1, 32, 4, 4]"]), 8)
+    y = evaluate(pooled, [blocked(a)], {})[0]
+    np.testing.assert_array_equal(y, blocked(a[:, :, [0, 0, 2, 2]] + a[:, :, [1, 1, 3, 3]]))
+    assert blocked_channels(fn("sum[t: 2](A0[n, c, A1[y, t], x])",
+                               ["f32[1, 32, 4, 4]", "i32[4, 2]"]), 8) is None
+    i32 = "f32[1, 32, 4, 4]"
+    assert blocked_channels(fn("A0[n, c, y, x] * f32(c)", [i32]), 8) is None
+    assert blocked_channels(fn("A0[n, c, y, x] + A0[n, 0, y, x]", [i32]), 8) is None
+    assert blocked_channels(fn("A0[n, c, y, x]", [i32]), 12) is None
 
 
 def test_weights_listed_as_inputs_are_weights_and_std_ops_are_used():
