@@ -343,9 +343,10 @@ _ACCESS = re.compile(r"\b\w+\[[^\[\]]*\]")
 def _reads_under_select(source: str) -> bool:
     """Whether a statement of printed C indexes an array after a `?` (a select's branch
     reads a load: the printer writes a select as `c ? t : f` and a load as `A[...]`) that
-    the statement does not read before its first `?` as well. A load the condition (or the
-    expression around the select) reads is read unconditionally, so no masked load is made
-    of it: tanh's `fabsf(x) < 0.625f ? poly(x) : ...` of a loaded x (an LSTM step: 4.0 us
+    the statement does not access before its first `?` as well. A load the condition (or
+    the expression around the select) reads is read unconditionally, and a place the
+    statement stores to is written unconditionally, so gcc makes no masked load of either
+    (it knows neither can fault): tanh's `fabsf(x) < 0.625f ? poly(x) : ...` of a loaded x (an LSTM step: 4.0 us
     with the flag, 1.4 without). A load before the first `?` that follows a `&&` or `||`
     is conditional, so such a statement keeps the old test. A branch that loads a whole
     vector does not count: that select is between two vectors on one condition (a padded

@@ -425,7 +425,6 @@ def _conv_transpose_as_gemm(cv, node, x, shape, subs, conds, ks, ranges):
         cv.static[out + "#zero"] = np.zeros(f * taps, np.float32)
         cv.call(cols, "dense", [cv.tensors[xc], cv.tensor(wt), cv.tensor(out + "#zero")],
                 (n, f * taps))
-        column = "n, " if n > 1 else "0, "
     else:
         if n == 1:
             cv.reshape(xc, node.input[0], (c, pixels))
@@ -444,7 +443,7 @@ def _conv_transpose_as_gemm(cv, node, x, shape, subs, conds, ks, ranges):
         # needs them whole
         conds = [*conds, f"{pixel} >= 0", f"{pixel} < {pixels}", f"{tap} < {taps}"]
     if pixels == 1:           # C [N, F * K...]: the batch's row, the tap's column
-        load = _guard(conds, f"C[{column}f * {taps} + {tap}]", "0.0")
+        load = _guard(conds, f"C[{'n' if n > 1 else '0'}, f * {taps} + {tap}]", "0.0")
         params = f"C: {T.ty([n, f * taps])}"
     else:
         load = _guard(conds, f"C[f * {taps} + {tap}, "

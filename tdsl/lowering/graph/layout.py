@@ -133,9 +133,9 @@ def blocked_channels(fn: te.Function, block: int):
     columns. Inputs read without ``c`` stay as they are; ``c`` may appear nowhere else. A
     gathered index (a resize's ``X[n, c, I[y, t], J[x, s]]``) is refused: its bounds check,
     inside the channels' vector loop, kept that loop scalar (U-Net's 8 -> 16 upsampling took
-    19.9 us blocked, 12.2 on NCHW). The sizes
-    must be constants (the graph's are, at build). Returns the function and, per input,
-    whether it is blocked; None where the form does not hold."""
+    19.9 us blocked, 12.2 on NCHW). The sizes must be constants (the graph's are, at
+    build). Returns the function and, per input, whether it is blocked; None where the form
+    does not hold."""
     if len(fn.outputs) != 1 or len(fn.stages()) != 1 or fn.shape_vars:
         return None
     out = fn.outputs[0]
@@ -335,7 +335,7 @@ class _Rewriter:
     def _elementwise(self, node: Node) -> bool:
         """An op on 4-D values of the output's channels, each read at the output's channel
         index (relu, add, clip; an imported HardSwish; a squeeze-and-excitation scale of
-        [N, C, 1, 1] broadcast over the pixels; a resize): the same op on blocked inputs."""
+        [N, C, 1, 1] broadcast over the pixels): the same op on blocked inputs."""
         out_shape = self._orig_shape(node.outputs[0])
         blocks = {self._block(v) for v in node.inputs if v in self.blocked} or \
             {self._wanted_block(node)} - {None}
