@@ -421,3 +421,26 @@ def test_unrolling_is_bounded_and_refused_early():
     with pytest.raises(ScheduleError, match="unrolling i.i .* makes .* statements"):
         op.lower(schedule=s, shapes={"M": 128, "N": 128, "K": 8})
     op.lower(schedule=s.split("C", "k", 2), shapes={"M": 8, "N": 8, "K": 8})
+
+
+@pytest.mark.parametrize("k, m, const, coef_b", [(16, 256, 0, 1), (4, 12, 8, 1), (2, 6, -2, 1),
+                                                 (8, 8 * 5, 3, 1), (6, 18, 0, -1)])
+def test_a_row_split_off_a_flat_index_divides_out(k, m, const, coef_b):
+    """``(k * a + b) // m == a // (m / k)`` and ``(k * a + b) % m == k * (a % (m / k)) + b``
+    when ``k`` divides ``m`` and ``0 <= b < k`` (a reshape's flat index split into runs of a
+    row: ``(16 * r + l) // 256 == r // 16``), checked at every point of the loops, with a
+    constant whose remainder by ``k`` joins ``b``; where ``b`` may leave ``[0, k)`` (a
+    negative coefficient) the rule does not apply, and the value is kept all the same."""
+    a, b = te.Var("a"), te.Var("b")
+    bx = in_loops((a, 40), (b, k - const % k))
+    x = add(add(mul(a, c(k)), mul(b, c(coef_b))), c(const))
+    for op in (div, mod):
+        e = op(x, c(m))
+        got = simplify(e, bx)
+        for va in range(40):
+            for vb in range(k - const % k):
+                env = {"a": va, "b": vb}
+                assert _value(got, env) == _value(e, env), (str(e), str(got), env)
+        if coef_b > 0:
+            assert "b" not in str(got) or op is mod
+            assert f"// {m // k}" in str(got) or f"% {m // k}" in str(got), str(got)

@@ -18,6 +18,7 @@ rules that need a range (``x % c -> x`` when ``0 <= x < c``) use it.
 """
 from __future__ import annotations
 
+import math
 from typing import Callable
 
 import numpy as np
@@ -192,11 +193,33 @@ def floor_div_mod(e: te.Expr, bound: Bound | None) -> te.Expr | None:
                 if lo is not None and hi is not None and 0 <= lo and hi < c:
                     # 0 <= r < c: (c*q + r) // c == q and (c*q + r) % c == r
                     return q.to_expr() if op == "//" else r.to_expr()
+            if bound is not None:
+                out = _div_mod_by_factor(op, lin, c, bound)
+                if out is not None:
+                    return out
             if q.is_const and q.const == 0 and op == "//":
                 return None                               # nothing divisible to pull out
             rest = te.Binary(op, r.to_expr(), te.Const(c, INDEX), INDEX)
             out = (q + Linear.atom(rest)).to_expr() if op == "//" else rest
             return None if out == e else out
+    return None
+
+
+def _div_mod_by_factor(op: str, lin: Linear, c: int, bound: Bound) -> te.Expr | None:
+    """``(k * a + b) // c == a // (c / k)`` and ``(k * a + b) % c == k * (a % (c / k)) + b``
+    for a factor ``k`` of ``c`` and ``0 <= b < k`` (a row of ``k`` split off a flat index:
+    ``(16 * r + l) // 256 == r // 16`` where ``l < 16``), ``k`` the common factor of some of
+    ``x``'s coefficients and ``c``."""
+    for k in sorted({math.gcd(coef, c) for coef in lin.terms.values()} - {1, c}, reverse=True):
+        big = Linear({m: v // k for m, v in lin.terms.items() if v % k == 0}, lin.const // k)
+        small = Linear({m: v for m, v in lin.terms.items() if v % k != 0}, lin.const % k)
+        if not big.terms:
+            continue
+        lo, hi = bound(small.to_expr())
+        if lo is None or hi is None or lo < 0 or hi >= k:
+            continue
+        a = te.Binary(op, big.to_expr(), te.Const(c // k, INDEX), INDEX)
+        return a if op == "//" else (Linear.atom(a).scale(k) + small).to_expr()
     return None
 
 
