@@ -9,6 +9,8 @@ Floor identities used (exact for all integers, ``c > 0``):
 - ``(c * q + r) // c == q + r // c`` and ``(c * q + r) % c == r % c``
 - ``c * (x // c) == x - x % c``  (so a fused-then-split index ``(f // 4) * 4 + f % 4 == f``)
 - ``(x // a) // b == x // (a * b)``
+- ``(k * a + b) // c == a // (c / k)`` and ``(k * a + b) % c == k * (a % (c / k)) + b``
+  for ``k | c`` and ``0 <= b < k`` (in context: a row split off a flat index)
 
 Every other rule is a plain function using ``match``, with one comment; `simplify` applies
 them bottom-up until nothing changes, and raises after `MAX_ROUNDS` (a rule that undoes
