@@ -103,6 +103,28 @@ def test_example_models_match_the_reference_fused_and_unfused(name, shape):
 
 
 @needs_gcc
+@pytest.mark.parametrize("fold", [True, False])
+def test_every_weight_starts_on_a_cache_line(fold):
+    """Weights given at any offset from a cache line (numpy's arrays start 16 bytes into
+    one, or anywhere) are kept aligned as the arena is, packed ones included, so the
+    kernels' vector loads of them never split a line: the offset had changed from build to
+    build, and an LSTM's speed with it (0.085 against 0.117 ms). The results stay the same."""
+    g = load("small_cnn")
+    p = {}
+    for k, v in g.random_params(seed=5).items():         # each 4 bytes past a 64-byte line
+        raw = np.empty(v.nbytes + 128, np.uint8)
+        start = -raw.ctypes.data % 64 + 4
+        p[k] = raw[start:start + v.nbytes].view(v.dtype).reshape(v.shape)
+        p[k][...] = v
+    x = rand((2, 3, 32, 32))
+    m = g.build(params=p, fold=fold)
+    np.testing.assert_allclose(m(x), g.reference(x, params=p), **TOL)
+    weights = m.compiled(x).weights
+    assert weights and all(w.ctypes.data % memory.ALIGN == 0 for w in weights.values()
+                           if isinstance(w, np.ndarray) and w.size)
+
+
+@needs_gcc
 def test_weights_from_an_npz_and_a_module_called_again(tmp_path):
     g = load("mlp")
     p = g.random_params()
