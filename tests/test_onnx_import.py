@@ -42,6 +42,21 @@ def input_for(model):
     return np.random.default_rng(1).standard_normal(dims).astype(np.float32)
 
 
+def _blocked_and_checked(model, block):
+    """``model`` imported and built blocked by ``block`` on a target that runs here, its
+    output checked against the graph's reference and onnxruntime: (module, input)."""
+    text, params = convert_model(model, "net")
+    g = tdsl.loads(text)["net"]
+    x = input_for(model)
+    m = g.build(run_target(block), params=params, layout=True)
+    got = m(x)
+    np.testing.assert_allclose(got, g.reference(x, params=params), rtol=1e-4, atol=1e-5)
+    want = run_onnx(model, x)
+    if want is not None:
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    return m, x
+
+
 @needs_gcc
 @pytest.mark.parametrize("make", [
     lambda: onnx_models.resnet_stack(opset=17),
@@ -81,16 +96,7 @@ def test_concatenations_of_blocked_activations_match_at_both_block_widths(make, 
     refused at call time (the region check bounded it by the whole output), which broke the
     zoo's SqueezeNet and DenseNet-121 on an AVX2 host; the same at 16 lanes with these widths.
     Both block widths run on any host (`block_targets`)."""
-    model = make()
-    text, params = convert_model(model, "net")
-    g = tdsl.loads(text)["net"]
-    x = input_for(model)
-    m = g.build(run_target(block), params=params, layout=True)
-    got = m(x)
-    np.testing.assert_allclose(got, g.reference(x, params=params), rtol=1e-4, atol=1e-5)
-    want = run_onnx(model, x)
-    if want is not None:
-        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    m, x = _blocked_and_checked(make(), block)
     c = m.compiled(x)
     assert f"NCHW{block}c" in c.layouts.values()
     fused = [f.ops for f in c.functions if any(op.startswith("concat") for op in f.ops)]
@@ -105,16 +111,7 @@ def test_imported_activations_and_broadcast_scales_stay_blocked(block):
     pass runs all of them on blocked activations, so the block has one conversion to NCHW,
     at its output (there were four, a quarter of the block's time, with HardSwish, the
     global pool and the Mul on NCHW)."""
-    model = onnx_models.mobilenetv3_like(c=block, e=2 * block)
-    text, params = convert_model(model, "net")
-    g = tdsl.loads(text)["net"]
-    x = input_for(model)
-    m = g.build(run_target(block), params=params, layout=True)
-    got = m(x)
-    np.testing.assert_allclose(got, g.reference(x, params=params), rtol=1e-4, atol=1e-5)
-    want = run_onnx(model, x)
-    if want is not None:
-        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    m, x = _blocked_and_checked(onnx_models.mobilenetv3_like(c=block, e=2 * block), block)
     ops = [op for f in m.compiled(x).functions for op in f.ops]
     assert ops.count("from_nchwc") == 1 and ops[-1] == "from_nchwc", ops
     assert "global_avg_pool2d_nchwc" in ops
