@@ -346,8 +346,9 @@ def _reads_under_select(source: str) -> bool:
     the statement does not access before its first `?` as well. A load the condition (or
     the expression around the select) reads is read unconditionally, and a place the
     statement stores to is written unconditionally, so gcc makes no masked load of either
-    (it knows neither can fault): tanh's `fabsf(x) < 0.625f ? poly(x) : ...` of a loaded x (an LSTM step: 4.0 us
-    with the flag, 1.4 without). A load before the first `?` that follows a `&&` or `||`
+    (it knows neither can fault): tanh's `fabsf(x) < 0.625f ? poly(x) : ...` of a loaded x
+    (an LSTM step: 4.0 us with the flag, 1.4 without). A load before the first `?` that
+    follows a `&&` or `||`
     is conditional, so such a statement keeps the old test. A branch that loads a whole
     vector does not count: that select is between two vectors on one condition (a padded
     copy's `inside ? load(&X[i]) : broadcast(0)`), nothing for if-conversion to vectorize,

@@ -170,7 +170,7 @@ def test_int8_convolution_on_arm_uses_usdot_where_the_isa_has_it(spec):
     int8 dot product (QLinearConv imports to it); plain Armv8 keeps the lane loop."""
     import subprocess
     from numpy_ref import qlinear_conv2d as reference
-    from test_int8_dot import blocked
+    from test_int8_dot import _data, blocked
     from tdsl.emit_c.c import emit_c
     try:
         target = tdsl.Target(spec)
@@ -180,13 +180,9 @@ def test_int8_convolution_on_arm_uses_usdot_where_the_isa_has_it(spec):
     if why:
         pytest.skip(why)
     std = tdsl.load("std")
-    rng = np.random.default_rng(4)
-    c, f, h, w, k = 8, 8, 5, 7, 3
-    x = rng.integers(0, 256, (1, c, h, w)).astype(np.uint8)
-    wt = rng.integers(-128, 128, (f, c, k, k)).astype(np.int8)
-    b = rng.integers(-40000, 40000, f).astype(np.int32)
-    s = rng.uniform(1e-4, 3e-3, f).astype(np.float32)
-    attrs = dict(padding=1, x_zp=130, y_zp=7)
+    h, w, k = 5, 7, 3
+    x, wt, b, s, attrs = _data(dict(seed=4, c=8, f=8, h=h, w=w, k=k, stride=1, padding=1,
+                                    dilation=1, x_zp=130, y_zp=7, lo=0, hi=255))
     wp = std["pack_qconv_weights"].build(in_block=4, out_block=4)(wt)
     func = std["qlinear_conv2d_nchwc"].lower(
         None, dict(N=1, CB=2, IH=h, IW=w, CI=4, FB=2, KH=k, KW=k, CQ=1, FI=4), target=target,
