@@ -111,6 +111,9 @@ def static_work(s, fixed: dict | None = None) -> int | None:
 
 class HostC(GnuVectors, CFamilyPrinter):
     language = "host C"
+    # to L2 and outward (prefetcht1 on x86): a schedule prefetches the data of its next
+    # block of work, which the current block's tile must not push out of L1
+    prefetch = "__builtin_prefetch({address}, 0, 2);"
 
     def entry_name(self) -> str:
         """``tdsl_<op>_<digest>``: the library's only exported symbol (helpers are static)

@@ -25,8 +25,8 @@ from ..lowering import te
 from ..lowering.dtypes import to_c
 from ..lowering.te_printer import format_expr
 from ..target import Target, as_target
-from ..lowering.loop_ir import (Barrier, Buffer, ForKind, If, LoweredFunc, Store, split_dtype,
-                                vector_dtype)
+from ..lowering.loop_ir import (Barrier, Buffer, ForKind, If, LoweredFunc, Prefetch, Store,
+                                split_dtype, vector_dtype)
 from .expressions import MULTIPLICATIVE, PRECEDENCE, CExpressionPrinter
 from .helpers import element_size
 from .lanes import contiguous_base, lane, lanes_of, mul, simd_expressible
@@ -45,6 +45,9 @@ class CFamilyPrinter(CExpressionPrinter):
     pointer_space = ""
     thread_index: dict[str, str] = {}
     barrier: str | None = None
+    # a cache-prefetch statement of ``{address}``; None: the language has none, and a
+    # `Prefetch` (a hint) prints nothing
+    prefetch: str | None = None
     lane_loop_pragmas: list[str] = []
     stack_limit_bytes = 16 * 1024
 
@@ -247,6 +250,12 @@ class CFamilyPrinter(CExpressionPrinter):
 
     def visit_Evaluate(self, s) -> list[str]:
         return [self.expr(s.value) + ";"]
+
+    def visit_Prefetch(self, s: Prefetch) -> list[str]:
+        if self.prefetch is None:
+            return []
+        address = f"&{self.buffer_name(s.buffer)}[{self.expr(s.index)}]"
+        return [self.prefetch.format(address=address)]
 
     # ------------------------------------------------------------ pieces
     def element_type(self, dtype: str) -> str:

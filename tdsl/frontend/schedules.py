@@ -60,6 +60,7 @@ _SIGNATURES = {
     "tensorize": (0, ("axis", "str")),
     "pack": (2, ("axis", "int")),
     "pad": (0, ("axis", "int")),
+    "prefetch": (0, ("stage", "axis", "axis")),
 }
 
 
@@ -366,6 +367,9 @@ def _apply_call(sched: Schedule, st: ast.SchedCall, knobs, owner, intrinsics) ->
     if f == "storage_align":
         (stage, axis), factor, offset = vals
         return sched.storage_align(stage, axis, factor, offset, span=span)
+    if f == "prefetch":
+        tensor, (stage, axis), (at_stage, at_axis) = vals
+        return sched.prefetch(tensor, stage, axis, at_stage, at_axis, span=span)
     if f == "tensorize":
         (stage, axis), name = vals
         if name not in intrinsics:

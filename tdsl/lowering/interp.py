@@ -26,7 +26,8 @@ from . import sizes, te
 from .bitwise import FUNCTIONS as BITWISE
 from .dtypes import INDEX, cast_array, from_numpy, is_float, is_int, to_numpy
 from .loop_ir import (AddressOf, Allocate, Barrier, Broadcast, BufferLoad, Call, Evaluate, For,
-                      If, LetStmt, LoweredFunc, Ramp, ReadFault, Seq, Store, split_dtype)
+                      If, LetStmt, LoweredFunc, Prefetch, Ramp, ReadFault, Seq, Store,
+                      split_dtype)
 from .loop_printer import format_buffer
 from .lower import lower
 from .quantize import multiply_by_quantized_multiplier
@@ -177,7 +178,7 @@ class _Interp:
                 self.mem[buf] = saved
             case Evaluate(value):
                 self.expr(value)
-            case Barrier():
+            case Barrier() | Prefetch():
                 pass
             case _:
                 raise AssertionError(f"unknown statement {type(s).__name__}")

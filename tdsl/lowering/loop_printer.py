@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from . import te
 from .loop_ir import (AddressOf, Allocate, Barrier, Broadcast, BufferLoad, Call, Evaluate, For,
-                      ForKind, If, LetStmt, LoweredFunc, Ramp, ReadFault, Seq, Stmt, Store,
-                      ThreadReduce)
+                      ForKind, If, LetStmt, LoweredFunc, Prefetch, Ramp, ReadFault, Seq, Stmt,
+                      Store, ThreadReduce)
 from .te_printer import format_expr as _format_te
 
 INDENT = "  "
@@ -107,6 +107,8 @@ def _lines(s: Stmt, depth: int) -> list[str]:
             return [f"{pad}{result.name}[0] = {combiner} over {tag} of {buffer.name}[0:{extent}]"]
         case Evaluate(value):
             return [f"{pad}{format_expr(value)}"]
+        case Prefetch(buffer, index):
+            return [f"{pad}prefetch {buffer.name}[{format_expr(index)}]"]
     raise AssertionError(f"unknown statement {type(s).__name__}")
 
 

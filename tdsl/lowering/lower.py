@@ -20,7 +20,7 @@ from .default_schedule import default_schedule
 from .loop_ir import LoweredFunc
 from .read_regions import reads
 from .passes import (apply_schedule, barriers, bounds_check, build_nests, flatten,
-                     hoist_divisions, partition, promote_accumulators, simplify,
+                     hoist_divisions, partition, prefetch, promote_accumulators, simplify,
                      thread_reduce, unroll, unswitch, vectorize, verify as verify_pass)
 from .schedule import Schedule
 from .sizes import stage_shapes
@@ -29,6 +29,8 @@ from .validate import check_sizes
 from ..target import as_target
 
 PIPELINE = [
+    ("prefetch", prefetch.run),          # the next block's data, a slice per iteration,
+                                         # while the loops are whole
     ("simplify", simplify.run),          # fold the index arithmetic of the splits and fuses
     ("partition", partition.run),        # split off tails whose guard blocks vectorization
     ("simplify", simplify.run),          # one-iteration tails become straight-line code
@@ -49,8 +51,8 @@ PIPELINE = [
 # GPU targets: cross-thread reductions become log-depth steps (warp shuffles where the
 # target has them), then barriers go in, while guards are still where the schedule put them
 # (the pass moves guards off the barriers; the in-bounds pass then guards what it cannot
-# prove).
-GPU_PIPELINE = [("simplify", simplify.run), ("barriers", barriers.run), *PIPELINE[1:]]
+# prove). No prefetch: the GPU languages print none.
+GPU_PIPELINE = [("simplify", simplify.run), ("barriers", barriers.run), *PIPELINE[2:]]
 
 
 def gpu_pipeline(target) -> list:

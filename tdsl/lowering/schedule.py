@@ -385,6 +385,21 @@ class Pad:
 
 
 @dataclass(frozen=True)
+class Prefetch:
+    """While one iteration of ``stage.axis`` runs, fetch into the cache what its next
+    iteration reads of ``tensor``, in equal slices at the iterations of ``at_stage.at_axis``
+    (a loop inside it): a block of weights streams in while the block before it is used from
+    cache, instead of all at once when the next block starts. ``axis`` is a loop of the
+    stage or the outermost axis of a fuse. See `passes.prefetch`."""
+    tensor: str
+    stage: str
+    axis: str
+    at_stage: str
+    at_axis: str
+    span: Span | None = _span()
+
+
+@dataclass(frozen=True)
 class When:
     """``then`` when ``cond`` (a knob expression) holds for the configuration, else
     ``otherwise``: how a template chooses whether to cache, which loop is parallel, ..."""
@@ -410,7 +425,7 @@ class SetScope:
 
 DIRECTIVES = (Split, Tile, Fuse, Reorder, ComputeAt, ComputeInline, ComputeRoot, CacheRead,
               CacheWrite, Vectorize, Unroll, Parallel, Bind, StorageAlign, Tensorize, Pack, Pad,
-              SetScope)
+              SetScope, Prefetch)
 SCOPES = ("global", "shared", "local")
 THREAD_TAGS = ("blockIdx.x", "blockIdx.y", "blockIdx.z", "threadIdx.x", "threadIdx.y",
                "threadIdx.z", "vthread")
@@ -526,6 +541,11 @@ class Schedule:
     def pad(self, stage, axis, multiple=1, span=None) -> "Schedule":
         """Compute ``stage``'s dimension ``axis`` past its extent (see `Pad`)."""
         return self._with(Pad(stage, axis, multiple, span))
+
+    def prefetch(self, tensor, stage, axis, at_stage, at_axis, span=None) -> "Schedule":
+        """Fetch ``tensor``'s data for the next iteration of ``stage.axis`` ahead, spread
+        over the iterations of ``at_stage.at_axis`` (see `Prefetch`)."""
+        return self._with(Prefetch(tensor, stage, axis, at_stage, at_axis, span))
 
     # -------------------------------------------------------------------- knobs
 

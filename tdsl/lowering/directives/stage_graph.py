@@ -64,6 +64,7 @@ class StageGraph:
     stages: dict[str, StageState]
     order: list[str]                     # computed stages, producers first (inlined kept)
     inputs: dict[str, te.Tensor]
+    prefetches: list = field(default_factory=list)     # `Prefetch` directives, in order
 
     def stage(self, name: str, span, what: str = "stage") -> StageState:
         if name in self.stages:

@@ -382,6 +382,20 @@ def _tensorize(g: StageGraph, d: S.Tensorize) -> None:
     st.tensorize = (d.axis, d.intrinsic, d.span)
 
 
+def _prefetch(g: StageGraph, d: S.Prefetch) -> None:
+    """Checked here as far as names go; build_nests finds the loops (a later fuse may still
+    take ``axis`` in), `passes.prefetch` the reads."""
+    what = f"prefetch {d.tensor}"
+    if d.tensor not in g.inputs and d.tensor not in g.stages:
+        raise ScheduleError(f"In schedule of {g.fn.name}, {what}: {d.tensor} is not a tensor "
+                            f"of {g.fn.name}", d.span)
+    for stage, axis in ((d.stage, d.axis), (d.at_stage, d.at_axis)):
+        st = _live_stage(g, stage, d.span)
+        if axis not in st.extents:
+            _fail(st, what, f"{stage} has no axis {axis}; its loops are {st.loops()}", d.span)
+    g.prefetches.append(d)
+
+
 def _set_scope(g: StageGraph, d: S.SetScope) -> None:
     st = _live_stage(g, d.stage, d.span)
     if d.scope not in S.SCOPES:
@@ -401,5 +415,5 @@ _HANDLERS = {
     S.Parallel: _annotate(ForKind.PARALLEL, "parallel"),
     S.Bind: _annotate(ForKind.THREAD_BINDING, "bind"),
     S.StorageAlign: _storage_align, S.Tensorize: _tensorize, S.Pack: layout.pack,
-    S.Pad: layout.pad, S.SetScope: _set_scope,
+    S.Pad: layout.pad, S.SetScope: _set_scope, S.Prefetch: _prefetch,
 }

@@ -36,7 +36,7 @@ import functools
 
 import numpy as np
 
-from ...errors import BuildError
+from ...errors import BuildError, ScheduleError
 from .. import te
 from ..arith import prover as B
 from ..arith.linear import Linear, const, linear
@@ -118,6 +118,8 @@ class Builder:
         self.access: dict[str, Access] = {}
         # the input copies a guarded read may read unguarded (see unguard_padded_reads)
         self.padded_copies = {n for n, st in g.stages.items() if _is_padded_copy(st, g)}
+        self.prefetch = [{"outer": None, "at": []} for _ in g.prefetches]
+        self.loop_extents: dict[te.Var, te.Expr] = {}   # every loop's, before partition
 
     def bind(self, e: te.Expr) -> te.Expr:
         return simplify(te.substitute(e, self.env))
@@ -156,6 +158,10 @@ class Builder:
         body = _seq(*nests)
         for buf in reversed(workspaces):
             body = Allocate(buf, body)
+        requests = tuple((d.tensor, *p["outer"], tuple(p["at"]), self.loop_extents, d.span)
+                         for d, p in zip(g.prefetches, self.prefetch) if p["outer"] and p["at"])
+        if requests:
+            self.attrs["prefetch"] = requests
         return LoweredFunc(fn.name, tuple(params), body, self.free_shape_vars,
                            len(fn.inputs), self.attrs)
 
@@ -172,6 +178,8 @@ class Builder:
             root_ext[iv.var.name] = self.bind(iv.extent)
         ext, values, guards = _derive(st, root_ext, {a: self.fresh(st.name, a)
                                                      for a in st.leaves})
+        self.prefetch_loops(st, values, ext)
+        self.loop_extents.update({values[a]: ext[a] for a in st.leaves})
         rel = [values[iv.var.name] for iv in st.data]
         absolute = [_add(region[d][0], r) for d, r in enumerate(rel)] if region else rel
         if region:      # the region may stick out of the tensor (a tail, a halo)
@@ -249,6 +257,35 @@ class Builder:
         if st.combiner:
             update = _seq(_init_nest(st, loops, p, guards, store, out_index), update)
         return _nest(loops[:p], update, outer_part, outer_att)
+
+    def prefetch_loops(self, st: StageState, values: dict, ext: dict) -> None:
+        """The loops of the `Prefetch` directives that name ``st``'s axes, for
+        `passes.prefetch`: the outer axis as (loop variable, step) (a loop: step 1; the
+        outermost axis of a fuse, ``fused // step``, the step the inner axes' product), the
+        ``at`` axis as its loop."""
+        for i, d in enumerate(self.g.prefetches):
+            if d.stage == st.name:
+                e = values[d.axis]
+                match e:
+                    case te.Var():
+                        outer = (e, te.Const(1, INDEX))
+                    case te.Binary("//", te.Var() as v, step) if any(
+                            values[a] is v for a in st.leaves):
+                        outer = (v, step)
+                    case _:
+                        raise ScheduleError(
+                            f"In schedule of {self.g.fn.name}, prefetch {d.tensor}: "
+                            f"{d.stage}.{d.axis} is neither a loop nor the outermost axis of "
+                            f"a fuse; loops: {st.loops()}", d.span)
+                self.prefetch[i]["outer"] = outer
+            if d.at_stage == st.name:
+                at = values[d.at_axis]
+                if not isinstance(at, te.Var) or d.at_axis not in st.leaves:
+                    raise ScheduleError(
+                        f"In schedule of {self.g.fn.name}, prefetch {d.tensor}: "
+                        f"{d.at_stage}.{d.at_axis} is not a loop; loops: {st.loops()}",
+                        d.span)
+                self.prefetch[i]["at"].append(at)
 
     def cross_thread(self, st: StageState, loops, p: int, q: int, guards, value, pre,
                      store: Access, out_index) -> Stmt:

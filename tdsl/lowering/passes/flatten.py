@@ -15,7 +15,7 @@ import dataclasses
 from .. import te
 from ..arith.simplify import simplify
 from ..dtypes import INDEX
-from ..loop_ir import (AddressOf, Allocate, Buffer, BufferLoad, LoweredFunc, Store,
+from ..loop_ir import (AddressOf, Allocate, Buffer, BufferLoad, LoweredFunc, Prefetch, Store,
                        rewrite_stmt)
 
 
@@ -107,6 +107,8 @@ def run(func: LoweredFunc) -> LoweredFunc:
         if isinstance(s, Store):
             return dataclasses.replace(s, buffer=flat.get(s.buffer, s.buffer),
                                        indices=index(s.buffer, s.indices))
+        if isinstance(s, Prefetch) and s.buffer in flat:     # its index is flat already
+            return dataclasses.replace(s, buffer=flat[s.buffer])
         return None
 
     body = rewrite_stmt(func.body, pre, post, fix_expr)

@@ -18,8 +18,8 @@ import dataclasses
 from .. import te
 from ..arith.prover import Ctx, bounds, conjoin, conjuncts, prove
 from ..arith.simplify import simplify
-from ..loop_ir import (Allocate, Barrier, Evaluate, For, ForKind, If, LetStmt, LoweredFunc, Seq,
-                       Stmt, Store, rewrite_stmt)
+from ..loop_ir import (Allocate, Barrier, Evaluate, For, ForKind, If, LetStmt, LoweredFunc,
+                       Prefetch, Seq, Stmt, Store, rewrite_stmt)
 
 EMPTY = Seq(())
 
@@ -118,6 +118,8 @@ def stmt(s: Stmt, ctx: Ctx) -> Stmt | None:
             return None if body is None else Allocate(buf, body)
         case Evaluate(value):
             return Evaluate(expr(value, ctx))
+        case Prefetch(buf, index):
+            return Prefetch(buf, expr(index, ctx))
         case Barrier():
             return s
     raise AssertionError(f"unknown statement {type(s).__name__}")
