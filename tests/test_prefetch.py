@@ -172,7 +172,7 @@ def test_prefetch_is_a_no_op_where_the_reads_are_not_affine():
 @pytest.mark.parametrize("line, message", [
     ("prefetch(Q, Y.jb, P.k)", "Q is not a tensor of dense_pf"),
     ("prefetch(Wp, Y.zz, P.k)", "Y has no axis zz"),
-    ("prefetch(Wp, Y.io, P.k)", "Y.io is neither a loop nor the outermost axis of a fuse"),
+    ("prefetch(Wp, Y.jo, P.k)", "Y.jo is neither a loop nor an axis of a fuse"),
 ])
 def test_prefetch_errors_name_what_is_wrong(line, message):
     src = SRC.replace("prefetch(Wp, Y.jb, P.k)", line)

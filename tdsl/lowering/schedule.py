@@ -390,7 +390,7 @@ class Prefetch:
     iteration reads of ``tensor``, in equal slices at the iterations of ``at_stage.at_axis``
     (a loop inside it): a block of weights streams in while the block before it is used from
     cache, instead of all at once when the next block starts. ``axis`` is a loop of the
-    stage or the outermost axis of a fuse. See `passes.prefetch`."""
+    stage or an axis of a fuse. See `passes.prefetch`."""
     tensor: str
     stage: str
     axis: str

@@ -260,23 +260,30 @@ class Builder:
 
     def prefetch_loops(self, st: StageState, values: dict, ext: dict) -> None:
         """The loops of the `Prefetch` directives that name ``st``'s axes, for
-        `passes.prefetch`: the outer axis as (loop variable, step) (a loop: step 1; the
-        outermost axis of a fuse, ``fused // step``, the step the inner axes' product), the
-        ``at`` axis as its loop."""
+        `passes.prefetch`: the outer axis as (loop variable, step): a loop, step 1; an axis
+        of a fuse, ``fused // step`` (``% extent`` but the outermost), the step the product
+        of the axes fused inside it. The ``at`` axis as its loop."""
         for i, d in enumerate(self.g.prefetches):
             if d.stage == st.name:
                 e = values[d.axis]
                 match e:
                     case te.Var():
                         outer = (e, te.Const(1, INDEX))
-                    case te.Binary("//", te.Var() as v, step) if any(
-                            values[a] is v for a in st.leaves):
+                    case te.Binary("%", te.Var() as v, _):
+                        outer = (v, te.Const(1, INDEX))
+                    case te.Binary("//", te.Var() as v, step) | te.Binary(
+                            "%", te.Binary("//", te.Var() as v, step), _):
                         outer = (v, step)
                     case _:
                         raise ScheduleError(
                             f"In schedule of {self.g.fn.name}, prefetch {d.tensor}: "
-                            f"{d.stage}.{d.axis} is neither a loop nor the outermost axis of "
-                            f"a fuse; loops: {st.loops()}", d.span)
+                            f"{d.stage}.{d.axis} is neither a loop nor an axis of a fuse; "
+                            f"loops: {st.loops()}", d.span)
+                if not any(values[a] is outer[0] for a in st.leaves):
+                    raise ScheduleError(
+                        f"In schedule of {self.g.fn.name}, prefetch {d.tensor}: "
+                        f"{d.stage}.{d.axis} is not one loop's (a split of a fuse?); loops: "
+                        f"{st.loops()}", d.span)
                 self.prefetch[i]["outer"] = outer
             if d.at_stage == st.name:
                 at = values[d.at_axis]

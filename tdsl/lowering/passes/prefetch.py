@@ -4,7 +4,7 @@ Before: the nests as build_nests made them (the first pass: `partition` would cu
 loops into pieces, and simplification drop those of one iteration);
 ``func.attrs["prefetch"]`` holds, per directive,
 ``(tensor, v, step, at_vars, extents, span)`` from build_nests: the outer axis is the loop
-``v`` (step 1) or the outermost axis of a fuse, ``v // step``; ``at_vars`` are the loops
+``v`` (step 1) or an axis of a fuse, ``v // step`` (``% extent``); ``at_vars`` are the loops
 that carry the prefetches; ``extents`` every loop's extent.
 After: at the top of the body of each ``at`` loop inside ``v``, a guarded `Prefetch` of one
 slice of the cache lines that the next iteration of the outer axis reads of the tensor.
