@@ -429,7 +429,7 @@ def test_a_blocked_conv_kernel_is_a_tuning_task_with_conv2d_nchwc_s_knobs():
     assert {"nb", "tx", "order", "rows"} <= set(conv.space.names) and len(conv.space) > 1
     wino = next(t for t in tasks if t.workload.op.endswith(
         "conv2d_winograd_nchwc+bias_add_nchwc+add+relu@r3"))
-    assert set(wino.space.names) == {"tx", "nb", "whole"} and len(wino.space) > 1
+    assert set(wino.space.names) == {"tx", "nb", "whole", "pf"} and len(wino.space) > 1
 
 
 # ---------------------------------------------------------------------------- channel ops

@@ -104,11 +104,15 @@ def test_random_schedules_from_the_knob_space_match_numpy(level):
 def test_the_default_tile_follows_the_registers_and_the_rows():
     """Per row of tiles 7 tiles x (registers - 2) // 7 vectors (4 on AVX-512, 2 on AVX2);
     for all tiles at once (the weights outweigh 4x the products: 256 x 14 x 14) the tile
-    spans two rows of 4 tiles, 8 x 2 (8 x 1)."""
+    spans two rows of 4 tiles, 8 x 2 (8 x 1). The weights are prefetched where they do not
+    fit in L2 (36 * C * F floats)."""
     def default(target, c, hw):
-        lanes = tdsl.Target(target).lanes
-        shapes = dict(N=1, CB=c // lanes, CI=lanes, H=hw, W=hw, FB=c // lanes, FI=lanes)
-        return {k.name: k.default for k in OP.schedule(target=target, shapes=shapes).knobs}
+        t = tdsl.Target(target)
+        shapes = dict(N=1, CB=c // t.lanes, CI=t.lanes, H=hw, W=hw, FB=c // t.lanes,
+                      FI=t.lanes)
+        knobs = {k.name: k.default for k in OP.schedule(target=target, shapes=shapes).knobs}
+        assert knobs.pop("pf") == int(36 * c * c * 4 >= t.constants()["l2"])
+        return knobs
     v4, v3 = "c -march=x86-64-v4", "c -march=x86-64-v3"
     assert default(v4, 64, 56) == {"tx": 7, "nb": 4, "whole": 0}
     assert default(v3, 128, 28) == {"tx": 7, "nb": 2, "whole": 0}
