@@ -180,3 +180,19 @@ def test_prefetch_errors_name_what_is_wrong(line, message):
     with pytest.raises(ScheduleError, match=message):
         tdsl.loads(src)["dense_pf"].lower(
             shapes={"N": n, "K": k, "MB": 2, "MI": tj, "M": m}, config={"fused": 1})
+
+
+def test_an_outer_axis_of_one_iteration_prefetches_nothing():
+    """std's chunked convolution names Y.fo, an axis of a fuse; with one filter block it is
+    the constant 0 after simplification: no next iteration, no prefetch, no error."""
+    op = tdsl.stdlib["conv2d_nchwc_valid"]
+    lanes = tdsl.Target("c").lanes
+    shapes = dict(N=1, CB=1, IH=3, IW=3, CI=lanes, FB=1, KH=1, KW=1, FI=lanes)
+    config = {"nb": 1, "tx": 3, "ty": 1, "order": "crs", "rows": 1, "kc": 2, "ry": 1, "pf": 1}
+    func = op.lower(shapes=shapes, config=config)
+    assert not any(isinstance(s, Prefetch) for s in walk_stmt(func.body))
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((1, 1, 3, 3, lanes), dtype=np.float32)
+    w = rng.standard_normal((1, 1, 1, 1, lanes, lanes), dtype=np.float32)
+    np.testing.assert_allclose(interp.run(func, [x, w])[0], op.reference(x, w),
+                               rtol=1e-5, atol=1e-5)

@@ -267,6 +267,8 @@ class Builder:
             if d.stage == st.name:
                 e = values[d.axis]
                 match e:
+                    case te.Const():
+                        continue            # one iteration (a fuse of size-1 axes): no next
                     case te.Var():
                         outer = (e, te.Const(1, INDEX))
                     case te.Binary("%", te.Var() as v, _):
