@@ -112,6 +112,7 @@ def test_the_default_tile_follows_the_registers_and_the_rows():
                       FI=t.lanes)
         knobs = {k.name: k.default for k in OP.schedule(target=target, shapes=shapes).knobs}
         assert knobs.pop("pf") == int(36 * c * c * 4 >= t.constants()["l2"])
+        assert knobs.pop("bdrow") == 1
         return knobs
     v4, v3 = "c -march=x86-64-v4", "c -march=x86-64-v3"
     assert default(v4, 64, 56) == {"tx": 7, "nb": 4, "whole": 0}
