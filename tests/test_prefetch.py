@@ -68,7 +68,7 @@ class _Traced(interp._Interp):
 
     def __init__(self, func, tensor):
         super().__init__(func, None)
-        (_, self.outer, step, _, _, _), = func.attrs["prefetch"]
+        (_, self.outer, step, _, _), = func.attrs["prefetch"]
         self.step = step.value
         self.tensor = tensor
         self.read: dict[int, set] = {}

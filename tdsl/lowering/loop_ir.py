@@ -172,9 +172,10 @@ class Evaluate(Stmt):
 @dataclass(frozen=True, slots=True)
 class Prefetch(Stmt):
     """A hint that ``buffer[index]`` (a flat offset, before storage flattening as after it,
-    as `AddressOf`'s) will be read soon: its cache line is fetched towards the core (the CPU emitters' ``__builtin_prefetch``; nothing elsewhere).
-    It reads and writes no value, so every pass may move, copy or drop it. Made by
-    `passes.prefetch` from the schedule's `Prefetch` directive."""
+    as `AddressOf`'s) will be read soon: its cache line is fetched towards the core (the
+    CPU emitters' ``__builtin_prefetch``; nothing elsewhere). It reads and writes no value,
+    so every pass may move, copy or drop it. Made by `passes.prefetch` from the schedule's
+    `Prefetch` directive."""
     buffer: Buffer
     index: Expr
 

@@ -392,7 +392,8 @@ def _prefetch(g: StageGraph, d: S.Prefetch) -> None:
     for stage, axis in ((d.stage, d.axis), (d.at_stage, d.at_axis)):
         st = _live_stage(g, stage, d.span)
         if axis not in st.extents:
-            _fail(st, what, f"{stage} has no axis {axis}; its loops are {st.loops()}", d.span)
+            _fail(st, what, f"{stage} has no axis {axis}; its loops are {st.loops()}",
+                  d.span)
     g.prefetches.append(d)
 
 

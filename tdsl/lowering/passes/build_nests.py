@@ -158,8 +158,9 @@ class Builder:
         body = _seq(*nests)
         for buf in reversed(workspaces):
             body = Allocate(buf, body)
-        requests = tuple((d.tensor, *p["outer"], tuple(p["at"]), self.loop_extents, d.span)
-                         for d, p in zip(g.prefetches, self.prefetch) if p["outer"] and p["at"])
+        requests = tuple((d.tensor, *p["outer"], tuple(p["at"]), self.loop_extents)
+                         for d, p in zip(g.prefetches, self.prefetch)
+                         if p["outer"] and p["at"])
         if requests:
             self.attrs["prefetch"] = requests
         return LoweredFunc(fn.name, tuple(params), body, self.free_shape_vars,
@@ -284,8 +285,8 @@ class Builder:
                 if not any(values[a] is outer[0] for a in st.leaves):
                     raise ScheduleError(
                         f"In schedule of {self.g.fn.name}, prefetch {d.tensor}: "
-                        f"{d.stage}.{d.axis} is not one loop's (a split of a fuse?); loops: "
-                        f"{st.loops()}", d.span)
+                        f"{d.stage}.{d.axis} is not one loop's (a split of a fuse?); "
+                        f"loops: {st.loops()}", d.span)
                 self.prefetch[i]["outer"] = outer
             if d.at_stage == st.name:
                 at = values[d.at_axis]

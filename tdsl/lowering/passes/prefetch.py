@@ -2,24 +2,23 @@
 
 Before: the nests as build_nests made them (the first pass: `partition` would cut the
 loops into pieces, and simplification drop those of one iteration);
-``func.attrs["prefetch"]`` holds, per directive,
-``(tensor, v, step, at_vars, extents, span)`` from build_nests: the outer axis is the loop
-``v`` (step 1) or an axis of a fuse, ``v // step`` (``% extent``); ``at_vars`` are the loops
-that carry the prefetches; ``extents`` every loop's extent.
+``func.attrs["prefetch"]`` holds, per directive, ``(tensor, v, step, at_vars, extents)``
+from build_nests: the outer axis is the loop ``v`` (step 1) or an axis of a fuse,
+``v // step`` (``% extent``); ``at_vars`` are the loops that carry the prefetches;
+``extents`` every loop's extent.
 After: at the top of the body of each ``at`` loop inside ``v``, a guarded `Prefetch` of one
 slice of the cache lines that the next iteration of the outer axis reads of the tensor.
 
 What the next iteration reads is, at ``v + step``, the interval ``[lo, hi]`` of flat
-offsets (`flatten.flat_index`) that `relax` bounds each read by over the loops inside ``v`` (a bounding interval:
-for a hint, a superset of lines costs only bandwidth). Its ``L`` cache lines are spread
-over the ``T`` iterations that ``at`` makes in one iteration of the outer axis, in order:
-one line every ``2^floor(log2(T // L))`` iterations when ``T >= L``, else ``ceil(L / T)``
-lines at each.
-So the data of the next block of work streams in while the current one runs from cache
-(the first row tile of a GEMM's panel block is otherwise bound by memory bandwidth: it
-needs 128 bytes per 24 FMAs). Where the counts are not constants (sizes left symbolic) or
-a read is not affine in the loops, no prefetch is made: it is a hint, never a change of
-meaning.
+offsets (`flatten.flat_index`) that `relax` bounds each read by over the loops inside
+``v`` (a bounding interval: for a hint, a superset of lines costs only bandwidth). Its
+``L`` cache lines are spread over the ``T`` iterations that ``at`` makes in one iteration
+of the outer axis, in order: one line every ``2^floor(log2(T // L))`` iterations when
+``T >= L``, else ``ceil(L / T)`` lines at each. So the data of the next block of work
+streams in while the current one runs from cache (the first row tile of a GEMM's panel
+block is otherwise bound by memory bandwidth: it needs 128 bytes per 24 FMAs). Where the
+counts are not constants (sizes left symbolic) or a read is not affine in the loops, no
+prefetch is made: it is a hint, never a change of meaning.
 """
 from __future__ import annotations
 
@@ -31,16 +30,16 @@ from .. import te
 from ..arith.prover import conjoin, relax
 from ..arith.simplify import simplify
 from ..dtypes import INDEX, to_numpy
-from .flatten import alloc_size, flat_index
 from ..loop_ir import (BufferLoad, For, If, LetStmt, LoweredFunc, Prefetch, Seq, Stmt,
                        rewrite_stmt, split_dtype)
+from .flatten import alloc_size, flat_index
 
 LINE = 64           # bytes in a cache line (every x86 and Arm core tdsl targets)
 
 
 def run(func: LoweredFunc) -> LoweredFunc:
     body = func.body
-    for tensor, v, step, ats, extents, _span in func.attrs.get("prefetch", ()):
+    for tensor, v, step, ats, extents in func.attrs.get("prefetch", ()):
         if not isinstance(step, te.Const):
             continue                        # sizes left symbolic: no counts to slice by
         step = step.value
@@ -158,7 +157,7 @@ def _slices(chain: list, loop: For, step: int, extents: dict, lines: int, per_li
     for f in chain:
         extent = extents.get(f.var)
         if not isinstance(extent, te.Const):
-            return None                     # a loop of the pass's own making, or symbolic
+            return None                     # a size left symbolic
         lin = te.Binary("+", te.Binary("*", lin, extent, INDEX), f.var, INDEX)
         total *= extent.value
 
