@@ -9,7 +9,8 @@ the enclosing conditions (so ``(io * 4 + ii) // 4 -> io`` inside ``for ii in [0,
   its body with the variable replaced by the loop's min,
 - empty sequences and empty allocations disappear, nested sequences are flattened.
 
-Parallel and thread-bound loops of extent 1 are kept (the emitter may rely on them).
+Parallel and thread-bound loops of extent 1 are kept (the emitter may rely on them); a
+parallel one's variable is replaced by its min in the body all the same.
 """
 from __future__ import annotations
 
@@ -74,8 +75,13 @@ def stmt(s: Stmt, ctx: Ctx) -> Stmt | None:
             if hi is not None and hi <= 0:
                 return None
             keep = kind in (ForKind.PARALLEL, ForKind.THREAD_BINDING, ForKind.VTHREAD)
-            if ext == te.Const(1, ext.dtype) and not keep:
-                return stmt(substitute_stmt(body, {var: mn}), ctx)
+            if ext == te.Const(1, ext.dtype):
+                if not keep:
+                    return stmt(substitute_stmt(body, {var: mn}), ctx)
+                if kind == ForKind.PARALLEL:
+                    # the loop stays, its one value goes into the body: a register tile's
+                    # index `256 * nf` becomes a constant, which the printer needs to name it
+                    body = substitute_stmt(body, {var: mn})
             body = stmt(body, ctx.with_loop(var, mn, ext))
             if body is None:
                 return None
