@@ -4,6 +4,7 @@ Hand-written LoweredFuncs stand in for the lowering: each test builds the loop n
 schedule would produce and checks both the text (where the text is the point: parentheses,
 pragmas, vector types) and the numbers (always, against numpy).
 """
+import platform
 import shutil
 
 import numpy as np
@@ -379,6 +380,31 @@ def test_min_max_propagate_nan_like_numpy(cache):
         if name != "pow":
             func = elementwise(lambda a, b: te.intrinsic(name, a, b), ("f32", "f32"), "f32")
             np.testing.assert_array_equal(build_kernel(func, cache=cache)(x, y), ref(x, y))
+
+
+@needs_gcc
+@pytest.mark.parametrize("target", ["c", "c -march=x86-64-v3"])
+@pytest.mark.parametrize("dtype", ["f32", "f64"])
+def test_vector_min_max_are_the_scalar_ones_bit_for_bit(target, dtype):
+    """The vector min/max (vminps/vmaxps and a NaN pick with AVX-512 or AVX) give the
+    scalar helpers' results: a NaN on either side, and a on a tie of +0 and -0."""
+    if platform.machine() not in ("x86_64", "AMD64"):
+        pytest.skip("the x86 vector forms; this host is not x86")
+    special = np.array([np.nan, -np.inf, np.inf, 0.0, -0.0, 1.0, -1.0, 2.5])
+    a = np.resize(np.repeat(special, len(special)), 128).astype(dtype.replace("f", "float"))
+    b = np.resize(np.tile(special, len(special)), 128).astype(a.dtype)
+    for name in ("min", "max"):
+        op = tdsl.loads(f"op c(A: {dtype}[N], B: {dtype}[N]) -> Y: {dtype}[N] "
+                        f"{{ Y[i] = {name}(A[i], B[i]) }}")["c"]
+        vec = op.build(target=target, shapes=dict(N=128))
+        scalar = op.build(target=target, schedule=op.schedule("naive"), shapes=dict(N=128))
+        assert f"tdsl_{name}_{dtype}x" in vec.source
+        got, want = vec(a, b), scalar(a, b)
+        nan = np.isnan(a) | np.isnan(b)
+        np.testing.assert_array_equal(np.isnan(got), nan)
+        np.testing.assert_array_equal(np.isnan(want), nan)
+        bits = f"u{a.itemsize}"                          # -0.0 and 0.0 told apart
+        np.testing.assert_array_equal(got[~nan].view(bits), want[~nan].view(bits))
 
 
 @needs_gcc
