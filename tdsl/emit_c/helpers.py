@@ -737,8 +737,8 @@ class Helpers:
 
             # b, the signed bytes, is the operand vpdpbusd may read from memory, and gcc
             # folds its load there when a tile uses a weight vector a few times: a 64-byte
-            # load per product, which ran a 4 x 4 tile of 64 -> 64 channels at 180 G
-            # products/s against 221 with the weights in registers (Zen 4, one thread,
+            # load per product, which ran a 4 x 4 tile of 64 -> 64 channels at 165-181 G
+            # products/s against 215-222 with the weights in registers (Zen 4, one thread,
             # 2026-12-06). The empty asm puts b in a register: one load per weight vector,
             # shared by the tile's products ("x": AVX-VNNI is VEX-encoded, registers 0-15).
             def step(fn, reg):
