@@ -328,6 +328,16 @@ def test_simplify_pass_drops_empty_and_trivial_loops():
     assert out == Seq((Store(b, (c(2),), c(2.0, "f32")), Store(b, (c(3),), c(3.0, "f32"))))
 
 
+
+def test_simplify_pass_keeps_a_one_iteration_parallel_loop_but_not_its_variable():
+    """The loop stays (an outlined region), its value goes into the body: an index
+    ``256 * i`` becomes the constant a register tile needs."""
+    b = Buffer("B", "f32", (c(512),))
+    loop = For(i, c(1), c(1), ForKind.PARALLEL, Store(b, (add(mul(i, c(256)), c(3)),),
+                                                      c(1.0, "f32")))
+    out = simplify_pass.run(LoweredFunc("f", (b,), loop, (), 0)).body
+    assert out == For(i, c(1), c(1), ForKind.PARALLEL, Store(b, (c(259),), c(1.0, "f32")))
+
 def test_partition_only_for_vectorized_and_unrolled_guards():
     b = Buffer("B", "f32", (c(20),))
     guard = te.Compare("<", add(mul(io, c(8)), ii), c(20))
