@@ -511,7 +511,7 @@ class Helpers:
             v = self.vector(scalar, int(lanes))
             mask = {"f32": "int32_t", "f64": "int64_t"}[scalar]
             fast = {"min": "", "max": ""}
-            if (scalar, int(lanes)) in _MINMAX_X86:
+            if (scalar, int(lanes)) in _MINMAX_X86 and self.native_math is None:  # host C
                 guard, fn, m, pick = _MINMAX_X86[scalar, int(lanes)]
                 for op in fast:
                     fast[op] = (f"#if {guard}\n    {{ {m} r = {fn.format(op)}(({m})b, ({m})a); "
