@@ -90,7 +90,8 @@ _MINMAX_INT = """\
 # (`b < a ? b : a`: a's NaN and ties kept), then b where b is a NaN. Three instructions
 # against the mask form's two compares, an or of masks and a blend: ResNet-50's 3x3/2 max
 # pool at 112 x 112 x 64 took 100-105 us against 77-85 now (Zen 4, whose mask compares
-# issue one a cycle; one thread, the kernel in a C loop).
+# issue one a cycle; one thread, the kernel in a C loop); its x86-64-v3 (AVX2) code on the
+# same host 99-100 -> 73-75 us.
 _MINMAX_VECTOR = """\
 typedef {it} {mv} __attribute__((vector_size({bytes})));
 {q} {v} tdsl_min_{vd}({v} a, {v} b) {{
