@@ -408,6 +408,27 @@ def test_vector_min_max_are_the_scalar_ones_bit_for_bit(target, dtype):
 
 
 @needs_gcc
+@pytest.mark.parametrize("dtype", ["i8", "u8", "i16", "u16", "i32", "u32", "i64", "u64"])
+def test_integer_vector_min_max(dtype):
+    """Integer min/max vectorize (a u8 max pool's taps) through the compare's mask and give
+    numpy's minimum and maximum, the type's extremes and signedness included."""
+    info = np.iinfo(dtype.replace("i", "int").replace("u", "uint"))
+    rng = np.random.default_rng(0)
+    special = np.array([info.min, info.max, 0, 1, info.max // 2, info.min // 2 or 3, 7, 7],
+                       info.dtype)
+
+    def values(pairs):
+        return np.concatenate([pairs, rng.integers(info.min, info.max, 64, info.dtype, True)])
+    a, b = values(np.repeat(special, 8)), values(np.tile(special, 8))
+    for name, want in (("min", np.minimum), ("max", np.maximum)):
+        op = tdsl.loads(f"op c(A: {dtype}[N], B: {dtype}[N]) -> Y: {dtype}[N] "
+                        f"{{ Y[i] = {name}(A[i], B[i]) }}")["c"]
+        vec = op.build(shapes=dict(N=128))
+        assert f"tdsl_{name}_{dtype}x" in vec.source
+        np.testing.assert_array_equal(vec(a, b), want(a, b), err_msg=name)
+
+
+@needs_gcc
 @pytest.mark.parametrize("dtype", ["i8", "u8", "i32", "i64"])
 def test_integer_intrinsics_and_wrapping_arithmetic(cache, dtype):
     np_dtype = np.dtype({"i8": "int8", "u8": "uint8", "i32": "int32", "i64": "int64"}[dtype])

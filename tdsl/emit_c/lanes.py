@@ -19,7 +19,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from ..lowering import te
-from ..lowering.dtypes import INDEX
+from ..lowering.dtypes import INDEX, INTS
 from ..lowering.loop_ir import Broadcast, Buffer, BufferLoad, Ramp, split_dtype
 
 
@@ -152,8 +152,8 @@ def simd_expressible(e: te.Expr, has_vector_type) -> bool:
     """Whether a vector expression prints as whole-vector operations (no lane loop).
 
     The set is what GNU vector types do natively and what a register tile needs: contiguous
-    loads, broadcasts, ``+ - *`` (and ``/`` on floats), negation, float ``min``/``max``
-    (a compare-and-blend helper), f32 ``exp`` and ``round``, float ``sqrt``/``rsqrt``, the
+    loads, broadcasts, ``+ - *`` (and ``/`` on floats), negation, float and integer
+    ``min``/``max`` (a compare-and-blend helper), f32 ``exp`` and ``round``, float ``sqrt``/``rsqrt``, the
     int8 ``dot4_u8i8`` and numeric casts (vector helpers, ``__builtin_convertvector``),
     selects with one condition for all lanes (a C conditional between two vectors), and
     vector variables.
@@ -177,7 +177,7 @@ def simd_expressible(e: te.Expr, has_vector_type) -> bool:
                 simd_expressible(b, has_vector_type)
         case te.Unary("-", a):
             return simd_expressible(a, has_vector_type)
-        case te.Intrinsic("min" | "max", (a, b)) if scalar in ("f32", "f64"):
+        case te.Intrinsic("min" | "max", (a, b)) if scalar in ("f32", "f64") + INTS:
             return simd_expressible(a, has_vector_type) and \
                 simd_expressible(b, has_vector_type)
         case te.Intrinsic("exp", (a,)) if scalar == "f32":

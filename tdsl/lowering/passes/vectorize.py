@@ -6,11 +6,11 @@ After: a VECTORIZED loop ``for v in [m, m + L)`` whose
 - extent ``L`` is a constant power of two (GNU vector types need one),
 - body is a store or a sequence of stores (no loop, no condition, no allocation),
 - stores are contiguous in ``v`` (flat index ``base + v``), loads contiguous or invariant,
-- values use only ``+ - * /`` (``/`` on floats), negation, float ``min``/``max`` (the
-  epilogues fusion leaves: relu, clip), f32 ``exp`` (softmax's rows) and ``round``
-  (requantization), casts between numeric types (quantize, dequantize) and selects whose
-  condition is invariant, of loads, constants and invariant variables (no select on lanes,
-  other call or compare),
+- values use only ``+ - * /`` (``/`` on floats), negation, ``min``/``max`` of floats (the
+  epilogues fusion leaves: relu, clip) and of integers (a u8 max pool), f32 ``exp``
+  (softmax's rows) and ``round`` (requantization), casts between numeric types
+  (quantize, dequantize) and selects whose condition is invariant, of loads, constants and
+  invariant variables (no select on lanes, other call or compare),
 - and loads of a buffer the body also stores use the store's own index (no cross-lane
   dependence),
 
@@ -40,7 +40,7 @@ from __future__ import annotations
 from .. import te
 from ..arith.linear import linear
 from ..arith.simplify import simplify
-from ..dtypes import INDEX, STORAGE_FLOATS, is_float
+from ..dtypes import INDEX, INTS, STORAGE_FLOATS, is_float
 from ..loop_ir import (Broadcast, BufferLoad, For, ForKind, LoweredFunc, Ramp, Seq, Store,
                        rewrite_loops, vector_dtype)
 
@@ -196,7 +196,7 @@ class _Vectorizer:
                 return te.Binary(op, self.widen(a), self.widen(b), vector_dtype(dt, self.lanes))
             case te.Unary("-", a, dt):
                 return te.Unary("-", self.expr(a), vector_dtype(dt, self.lanes))
-            case te.Intrinsic("min" | "max" as name, (a, b), dt) if dt in ("f32", "f64"):
+            case te.Intrinsic("min" | "max" as name, (a, b), dt) if dt in ("f32", "f64") + INTS:
                 args = (self.widen(self.expr(a)), self.widen(self.expr(b)))
                 return te.Intrinsic(name, args, vector_dtype(dt, self.lanes))
             case te.Intrinsic("exp", (a,), "f32"):     # the C backends' vector exp helper
