@@ -207,6 +207,14 @@ def max_pool2d(x, kernel, stride=None, padding=0):
     return _out(functools.reduce(np.maximum, patches))
 
 
+def max_pool2d_u8(x, kernel, stride=None, padding=0):
+    """MaxPool of u8 values: padding is 0, the type's least."""
+    stride = kernel if stride is None else stride
+    x = np.asarray(x, np.uint8)
+    patches = (p for _, _, p in _windows(x, kernel, kernel, stride, padding, 1, 0))
+    return functools.reduce(np.maximum, patches)
+
+
 def avg_pool2d(x, kernel, stride=None, padding=0):
     """ONNX AveragePool with count_include_pad = 0: each window's sum over its in-bounds
     elements, divided by how many there are."""
@@ -484,6 +492,11 @@ def pack_channels_i32(b, block):
     b = np.asarray(b)
     cb = b.shape[0] // block
     return b[:cb * block].reshape(cb, block)
+
+
+def max_pool2d_nchwc_u8(x, kernel, stride=None, padding=0):
+    return _block(max_pool2d_u8(_unblock(np.asarray(x)), kernel, stride, padding),
+                  np.shape(x)[4])
 
 
 def to_nchwc_u8(x, block):

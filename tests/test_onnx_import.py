@@ -147,6 +147,18 @@ def test_blocked_channels_takes_channel_reads_only():
         [(1, 4, 4, 4, 8), (1, 4, 1, 1, 8), (1, 1, 4, 4)]
     y = evaluate(scaled, [blocked(a), blocked(s), p], {})[0]
     np.testing.assert_array_equal(y, blocked(a * s + p))
+    # a vector of the channels (an imported requantization's scales): read as [cb, ci]
+    v = rng.standard_normal(32).astype(np.float32)
+    per_channel, on_blocks = blocked_channels(fn("A0[n, c, y, x] * A1[c]",
+                                                 ["f32[1, 32, 4, 4]", "f32[32]"]), 8)
+    assert on_blocks == (True, True)
+    assert tuple(d.value for d in per_channel.inputs[1].shape) == (4, 8)
+    y = evaluate(per_channel, [blocked(a), v.reshape(4, 8)], {})[0]
+    np.testing.assert_array_equal(y, blocked(a * v.reshape(1, 32, 1, 1)))
+    assert blocked_channels(fn("A0[n, c, y, x] * A1[31 - c]",
+                               ["f32[1, 32, 4, 4]", "f32[32]"]), 8) is None
+    assert blocked_channels(fn("A0[n, c, y, x] * A1[c]",
+                               ["f32[1, 32, 4, 4]", "f32[64]"]), 8) is None
     # a reduction over a window: blocked; a gathered index (a resize's table): refused
     pooled, _ = blocked_channels(fn("sum[t: 2](A0[n, c, y // 2 * 2 + t, x])",
                                     ["f32[1, 32, 4, 4]"]), 8)

@@ -76,6 +76,7 @@ TESTED = {
     "pack_dense_weights", "dense_packed", "winograd_weights", "conv2d_winograd_nchwc",
     "winograd4_weights", "conv2d_winograd4_nchwc", "qlinear_conv2d", "qlinear_conv2d_nchwc",
     "pack_qconv_weights", "pack_channels_i32", "to_nchwc_u8", "from_nchwc_u8",
+    "max_pool2d_u8", "max_pool2d_nchwc_u8",
 }
 
 
@@ -485,6 +486,9 @@ def test_blocked_pools_and_bias(case, ci, seed):
     rng = np.random.default_rng(seed)
     x = rand(rng, (n, c, h, w, ci), -5, -1)
     both("max_pool2d_nchwc", x, **attrs)
+    q = rng.integers(0, 256, x.shape).astype(np.uint8)      # u8's 0 pads: a max of 0s
+    both("max_pool2d_nchwc_u8", q, rtol=0, atol=0, **attrs)
+    both("max_pool2d_u8", call("from_nchwc_u8", q), rtol=0, atol=0, **attrs)
     both("global_avg_pool2d_nchwc", x)
     both("bias_add_nchwc", x, rand(rng, (c, ci)))
     stats = [rand(rng, (c, ci)) for _ in range(3)] + [rand(rng, (c, ci), 0.05, 3.0)]

@@ -3,7 +3,8 @@ MaxPool, AveragePool, LpPool, the global pools, Resize, Upsample, Col2Im.
 
 2-D NCHW f32 convolutions and pools with symmetric attributes call the standard library's
 ``conv2d`` / ``depthwise_conv2d`` / ``max_pool2d`` / ``avg_pool2d`` (tuned schedules, and the
-graph's blocked-layout pass knows them), and so do 1-D ones (height 1) and 3-D ones of
+graph's blocked-layout pass knows them; a u8 MaxPool, a quantized model's, ``max_pool2d_u8``),
+and so do 1-D ones (height 1) and 3-D ones of
 constant weights (depths into the batch, depth taps into the channels); every other
 configuration (asymmetric pads, groups, dilated pools, ceil mode ...) is an op written here
 for its shapes: one reduction over the channels and kernel offsets, the padding a
@@ -569,12 +570,13 @@ def pool(cv, node, a):
     indices = len(node.output) > 1 and node.output[1]
     ceil = bool(a.get("ceil_mode", 0))
     sym = _symmetric(pads, strides, dil)
-    if sp == 2 and x.dtype == "f32" and kind != "lp" and not indices and sym and \
+    std_pool = {"f32": f"{kind}_pool2d", "u8": "max_pool2d_u8" if kind == "max" else None}
+    if sp == 2 and std_pool.get(x.dtype) and kind != "lp" and not indices and sym and \
             sym[2] == 1 and kernel[0] == kernel[1] and not ceil and \
             (kind == "max" or not count_pad or sym[0] == 0):
         attrs = f"kernel={kernel[0]}" + (f", stride={sym[1]}" if sym[1] != kernel[0] else "") \
             + (f", padding={sym[0]}" if sym[0] else "")
-        cv.call(node.output[0], f"{kind}_pool2d", [x], shape, attrs)
+        cv.call(node.output[0], std_pool[x.dtype], [x], shape, attrs, dtype=x.dtype)
         return
     dt = x.dtype
     oi, ki = T.idx(sp, "o"), T.idx(sp, "k")

@@ -24,8 +24,9 @@ program order:
 - ops on a blocked value that have a blocked form: ``bias_add``, ``batch_norm`` and
   ``scale_shift`` (their per-channel vectors through ``pack_channels``), elementwise ops
   (any op whose every input is read at the output's own indices, re-instantiated at rank
-  5: relu, add, clip ...), ``max_pool2d`` and ``global_avg_pool2d`` (whose result is a
-  plain ``[N, C]``);
+  5: relu, add, clip ...), ops of 4-D values and per-channel vectors read at the output's
+  channel (`blocked_channels`: an imported requantization), ``max_pool2d`` (and its u8
+  form ``max_pool2d_u8``) and ``global_avg_pool2d`` (whose result is a plain ``[N, C]``);
 - a standard ``dense`` whose weights are a parameter to ``dense_packed``, the weights through
   ``pack_dense_weights`` (panels of 2 x lanes output features, its schedule's tile width),
   folded at build time: dense's own schedule packs them on every call;
@@ -91,6 +92,9 @@ TILE_BLOCK = 64
 # blocked to NCHW (u8: the int8 convolutions' activations)
 _CONVERSIONS = {"f32": ("to_nchwc", "from_nchwc"), "u8": ("to_nchwc_u8", "from_nchwc_u8")}
 
+# a per-channel vector [C] as [C / block, block], by its type
+_PACK_CHANNELS = {"f32": "pack_channels", "i32": "pack_channels_i32"}
+
 # per-channel ops (an NCHW input and [C] vectors) and their blocked forms
 PER_CHANNEL = {"bias_add": "bias_add_nchwc", "batch_norm": "batch_norm_nchwc",
                "scale_shift": "scale_shift_nchwc"}
@@ -127,7 +131,9 @@ def blocked_channels(fn: te.Function, block: int):
     """``fn``, one stage of a 4-D output, rewritten onto NCHW[block]c: each input read with
     the output's channel axis ``c`` must be 4-D with the output's channels and have ``c``
     as its channel index and nowhere else, so its reads become ``[..., c // block, ...,
-    c % block]`` with both parts new axes (TVM's layout inference for broadcast ops). Its
+    c % block]`` with both parts new axes (TVM's layout inference for broadcast ops), or be
+    a vector of the channels read at ``[c]`` (an imported requantization's per-channel
+    scales), read as ``[c // block, c % block]`` from a ``pack_channels``'d copy. Its
     other indices stay as written: an input broadcast over the pixels (``S[n, c, 0, 0]``)
     is blocked as ``[N, C / block, 1, 1, block]``, a pooling window as its rows and
     columns. Inputs read without ``c`` stay as they are; ``c`` may appear nowhere else. A
@@ -149,15 +155,16 @@ def blocked_channels(fn: te.Function, block: int):
     by_channel = {ld.tensor for ld in reads if any(c in te.free_vars(i) for i in ld.indices)}
     blocked = {}
     for x in by_channel:
-        if x.ndim != 4 or not all(isinstance(d, te.Const) for d in x.shape) or \
-                x.shape[1].value != channels:
+        if not all(isinstance(d, te.Const) for d in x.shape) or \
+                x.shape[x.ndim // 4].value != channels or x.ndim not in (1, 4):
             return None
-        shape = (x.shape[0], te.const(channels // block, INDEX), x.shape[2], x.shape[3],
-                  te.const(block, INDEX))
+        cb_ci = (te.const(channels // block, INDEX), te.const(block, INDEX))
+        shape = cb_ci if x.ndim == 1 else (x.shape[0], cb_ci[0], *x.shape[2:], cb_ci[1])
         blocked[x] = te.placeholder(x.name, shape, x.dtype)
     if not blocked or \
-            any(ld.indices[1] != c or any(c in te.free_vars(i) or any(te.loads(i))
-                                          for i in ld.indices[:1] + ld.indices[2:])
+            any(ld.indices[ld.tensor.ndim // 4] != c or
+                any(c in te.free_vars(i) or any(te.loads(i))
+                    for k, i in enumerate(ld.indices) if k != ld.tensor.ndim // 4)
                 for ld in reads if ld.tensor in blocked) or \
             c in te.free_vars(te.rewrite(out.op.body, pre=lambda e: te.const(0, INDEX)
                                          if isinstance(e, te.Load) else None)):
@@ -167,7 +174,8 @@ def blocked_channels(fn: te.Function, block: int):
     def read(e):
         if isinstance(e, te.Load) and e.tensor in blocked:
             i = e.indices
-            return te.Load(blocked[e.tensor], (i[0], cb, i[2], i[3], ci), e.dtype)
+            at = (cb, ci) if len(i) == 1 else (i[0], cb, i[2], i[3], ci)
+            return te.Load(blocked[e.tensor], at, e.dtype)
         return None
     body = te.rewrite(out.op.body, pre=read)
     axes = (te.IterVar(n, out.shape[0]), te.IterVar(cb, te.const(channels // block, INDEX)),
@@ -237,10 +245,11 @@ class _Rewriter:
             self._emit(PER_CHANNEL[node.op], (self.blocked[x], *vectors), node,
                        dict(node.attrs), blocked=True)
             return True
-        if self._is_std(node, "max_pool2d") and x in self.blocked:
-            self._emit("max_pool2d_nchwc", (self.blocked[x],), node, dict(node.attrs),
-                       blocked=True)
-            return True
+        for pool in ("max_pool2d", "max_pool2d_u8"):
+            if self._is_std(node, pool) and x in self.blocked:
+                self._emit(pool.replace("2d", "2d_nchwc"), (self.blocked[x],), node,
+                           dict(node.attrs), blocked=True)
+                return True
         if self._is_std(node, "global_avg_pool2d") and x in self.blocked:
             self._emit("global_avg_pool2d_nchwc", (self.blocked[x],), node, blocked=False)
             return True
@@ -347,12 +356,18 @@ class _Rewriter:
         on_blocks = (True,) * len(node.inputs)
         if fn is None:
             fn, on_blocks = blocked_channels(node.fn, block) or (None, ())
-        if fn is None or any(self.orig[v].dtype not in _CONVERSIONS
+        vectors = {v for v, b in zip(node.inputs, on_blocks)
+                   if b and len(self._orig_shape(v)) == 1}
+        if fn is None or any(self.orig[v].dtype not in
+                             (_PACK_CHANNELS if v in vectors else _CONVERSIONS)
                              for v, b in zip(node.inputs, on_blocks) if b):
             return False
-        inputs = tuple((self.blocked[v] if v in self.blocked else self._to_blocked(v, block))
-                       if b else self._nchw(v) if v in self.blocked else v
-                       for v, b in zip(node.inputs, on_blocks))
+        inputs = tuple(
+            self._weight_node(_PACK_CHANNELS[self.orig[v].dtype], v, {"block": block},
+                              "_blocked") if v in vectors
+            else (self.blocked[v] if v in self.blocked else self._to_blocked(v, block))
+            if b else self._nchw(v) if v in self.blocked else v
+            for v, b in zip(node.inputs, on_blocks))
         self._emit(node.op, inputs, node, dict(node.attrs), blocked=True, fn=fn,
                    opdef=node.opdef)
         return True
