@@ -255,12 +255,28 @@ def resnet18_stack(hw=56, opset=17):
     return _model(b.nodes, [("x", [1, 64, hw, hw])], ["y"], b.inits, opset)
 
 
+def _stem(b, c):
+    """ResNet's stem: a 7x7/2 convolution of the RGB image, batch norm, ReLU, a 3x3/2 max
+    pool (its result is "pool")."""
+    h = b.conv_bn("x", 3, c, 7, 2)
+    b.nodes.append(helper.make_node("MaxPool", [h], ["pool"], kernel_shape=[3, 3],
+                                    strides=[2, 2], pads=[1, 1, 1, 1]))
+
+
+def resnet_stem(c=16, hw=32, opset=17):
+    """`resnet50`'s stem at ``c`` channels and a 1x3x``hw``x``hw`` image, then a 3x3
+    convolution of the pooled values (so the pool's result feeds a convolution, as in the
+    model)."""
+    b = _Builder()
+    _stem(b, c)
+    b.nodes.append(helper.make_node("Identity", [b.conv_bn("pool", c, c, 3)], ["y"]))
+    return _model(b.nodes, [("x", [1, 3, hw, hw])], ["y"], b.inits, opset)
+
+
 def resnet50(opset=17):
     """ResNet-50 v1.5 (stride in the 3x3 conv) at 1x3x224x224, random weights."""
     b = _Builder()
-    h = b.conv_bn("x", 3, 64, 7, 2)
-    b.nodes.append(helper.make_node("MaxPool", [h], ["pool"], kernel_shape=[3, 3],
-                                    strides=[2, 2], pads=[1, 1, 1, 1]))
+    _stem(b, 64)
     h, cin = "pool", 64
     for width, blocks, stride in ((64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2)):
         for k in range(blocks):

@@ -114,7 +114,8 @@ def _route(p, inits) -> str:
     its bound) or "integer" (the generic op)."""
     if HOST_INT8_DOT and p["xdt"] is np.uint8 and p["wdt"] is np.int8 and \
             not np.any(inits["wz"]) and \
-            not (p["depthwise"] and p["c"] > 1) and p["c"] % 4 == 0 and p["f"] % 4 == 0 and \
+            not (p["depthwise"] and p["c"] > 1) and 3 * (-p["c"] % 4) <= p["c"] and \
+            p["f"] % 4 == 0 and \
             len(set(p["pads"])) == 1:
         return "u8"
     return "f32" if _qconv_case(p)[3] else "integer"
@@ -148,6 +149,9 @@ def test_qlinear_conv_of_constant_weights_runs_as_std_conv2d_bit_exact(p):
 @example(dict(depthwise=False, c=4, f=4, k=[1, 1], s=1, d=1, pads=[0, 0, 0, 0], hw=[5, 5],
               xdt=np.uint8, wdt=np.int8, per_channel=False, n=1, bias=False, relu=False,
               seed=12)).via("the u8 route, 1x1, no bias")
+@example(dict(depthwise=False, c=3, f=8, k=[3, 3], s=2, d=1, pads=[1, 1, 1, 1], hw=[9, 8],
+              xdt=np.uint8, wdt=np.int8, per_channel=True, n=1, bias=True, relu=True,
+              seed=13)).via("the u8 route on an RGB image: channels padded to 4")
 def test_qdq_conv_relu_of_constant_weights_runs_as_std_conv2d_bit_exact(p):
     """DQ(x) and DQ(w) (and DQ(b)) into a float Conv, a Relu or not, then Q: what
     onnxruntime's quantize_static writes, and runs as QLinearConv."""
@@ -175,13 +179,37 @@ def test_qdq_conv_relu_of_constant_weights_runs_as_std_conv2d_bit_exact(p):
     np.testing.assert_array_equal(got, want)
 
 
-def test_qlinear_conv_past_the_f32_bound_keeps_the_integer_op():
-    """Weights whose sum of |w - w_zp| times 255 passes 2^24 are not summed in f32."""
+@pytest.mark.parametrize("wdt, wz", [(np.int8, 0), (np.uint8, 100)])
+def test_qlinear_conv_past_the_f32_bound_splits_its_weights(wdt, wz):
+    """Weights whose sum of |w - w_zp| times 255 passes 2^24 are summed in f32 as two
+    digits of base 16 (two convolutions, each within the bound) added up in i32: 260
+    channels of extreme and random weights, 2 filters (no u8 route), a large bias; the
+    first filter's sums pass 2^24, where the requantization rounds f32(sum) as MLAS does."""
     rng = np.random.default_rng(1)
     c = 260                                     # 260 * 9 * 127 * 255 > 2^24
+    ii = np.iinfo(wdt)
+    w = np.full((2, c, 3, 3), ii.max, wdt)     # filter 0's sums pass 2^24 themselves
+    w[1] = np.where(rng.random((c, 3, 3)) < 0.5, ii.max, ii.min)
+    w[1, :100] = rng.integers(ii.min, ii.max + 1, (100, 3, 3))
+    x = rng.integers(0, 256, (1, c, 4, 4)).astype(np.uint8)
+    inits = {"xs": np.float32(0.02), "xz": np.uint8(3), "w": w, "ws": np.float32(1e-5),
+             "wz": wdt(wz), "ys": np.float32(0.5), "yz": np.uint8(3),
+             "b": np.array([-40000, 2 ** 20], np.int32)}
+    node = helper.make_node("QLinearConv", ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz", "b"],
+                            ["y"], pads=[1, 1, 1, 1])
+    m, text, got = _run([node], x, inits, np.uint8)
+    assert "_acc1 = conv2d(" in text and "qlinear_conv_" not in text
+    np.testing.assert_array_equal(got, _ort(m, x))
+
+
+def test_qlinear_conv_past_the_split_bound_keeps_the_integer_op():
+    """Past the bound of each digit too (1,000 channels of weights 127: 16 x 8 + -1, and
+    9,000 taps of 8 x 255 pass 2^24), the integer op stays."""
+    rng = np.random.default_rng(1)
+    c = 1000
     w = np.full((2, c, 3, 3), 127, np.int8)
     x = rng.integers(0, 256, (1, c, 4, 4)).astype(np.uint8)
-    inits = {"xs": np.float32(0.02), "xz": np.uint8(0), "w": w, "ws": np.float32(1e-5),
+    inits = {"xs": np.float32(0.02), "xz": np.uint8(0), "w": w, "ws": np.float32(1e-6),
              "wz": np.int8(0), "ys": np.float32(0.5), "yz": np.uint8(3)}
     node = helper.make_node("QLinearConv", ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz"],
                             ["y"], pads=[1, 1, 1, 1])

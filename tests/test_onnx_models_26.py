@@ -66,6 +66,27 @@ def test_int8_resnet_block_is_qdq_and_bit_exact_with_onnxruntime():
     check(q, atol=0, exact=True)
 
 
+def test_int8_resnet_stem_runs_blocked_on_u8_and_bit_exact_with_onnxruntime():
+    """The quantized stem (7x7/2 conv of an RGB image, batch norm, ReLU, 3x3/2 max pool):
+    its requantization (scales per channel) and batch norm are the convolution's epilogue on
+    blocked values, the pool runs on blocked u8 values (max_pool2d_nchwc_u8), with no layout
+    change between the image's and the output's; with an int8 dot product the stem is the
+    u8 convolution, its 3 channels padded to 4."""
+    import tdsl
+    from tdsl.onnx_import import convert_model
+    q = onnx_models.quantize_qdq(onnx_models.resnet_stem())
+    check(q, atol=0, exact=True)
+    text, params = convert_model(q, "net")
+    x = np.random.default_rng(3).standard_normal((1, 3, 32, 32)).astype(np.float32)
+    kernels = [f.ops for f in tdsl.loads(text)["net"].build(params=params).compiled(x)
+               .functions]
+    layouts = [op for ops in kernels for op in ops if op.startswith(("to_nchwc", "from_nchwc"))]
+    assert len(layouts) == 2 and kernels[-1] == ("from_nchwc",), kernels
+    assert ("max_pool2d_nchwc_u8",) in kernels
+    if tdsl.target.as_target("c").has_int8_dot:
+        assert kernels[1][0] == "qlinear_conv2d_nchwc" and "scale_shift_nchwc" in kernels[1]
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["mobilenetv2", "bert_base_layer", "int8_block"])
 def test_full_size_matches_onnxruntime(name):

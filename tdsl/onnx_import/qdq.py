@@ -12,8 +12,9 @@ its QuantizeLinear is ``max(y, y_zero_point)``, which is exactly quantize(relu(v
 float graph computes the same up to its float rounding; the integer one is bit-exact with
 onnxruntime, which fuses the same pattern. A Conv whose integer sum f32 holds exactly (the
 bound `quantized._conv_f32_exact` checks on the constant weights) runs as std conv2d on the
-centred values, with the requantization (and the Relu) as its epilogue: the tuned schedule
-and the blocked layout, the same integers.
+centred values (past the bound, as two, one per base-16 digit of the weights:
+`quantized._SPLIT_WEIGHTS`), with the requantization (and the Relu) as its epilogue: the
+tuned schedule and the blocked layout, the same integers.
 
 Recognised when: x's scale and zero point are per tensor; the weights are constants (int8
 or uint8) per tensor or per output channel; the bias (if any) is a constant int32 whose
