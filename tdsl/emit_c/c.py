@@ -72,12 +72,15 @@ class GnuVectors:
 
 
 # stores (a vector store counts its lanes) below which a parallel loop runs in the calling
-# thread: 2^18 is about 16384 AVX-512 or 32768 AVX2 vector FMAs, 5-10 us on one core. A
-# fork and a join cost a microsecond or two on an idle machine, and much more where the
-# other core is busy: the team waits until the scheduler runs its second thread (an LSTM's
-# 49 x 10 x 256 input projection took 7.7 ms with two threads beside one busy process,
-# 3.6 us with one)
-MIN_PARALLEL_WORK = 1 << 18
+# thread. A fork and a join cost a microsecond or two on an idle machine, and much more
+# where the other core is busy: the team waits until the scheduler runs its second thread
+# (an LSTM's 49 x 10 x 256 input projection, 125,440 stores, took 7.7 ms with two threads
+# beside one busy process, 3.6 us with one). 2^17 stores of a memory-bound kernel take
+# 6-12 us on one core: at 2^18 the int8 ResNet block's layout changes, quantize and
+# dequantize of 200,704 values ran on one thread of two (12-25 us each); halved, the block
+# took 0.605 ms against 0.689 (Zen 4, two threads, both builds interleaved in one process;
+# MobileNetV2, BERT and one thread unchanged)
+MIN_PARALLEL_WORK = 1 << 17
 
 
 def static_work(s, fixed: dict | None = None) -> int | None:
