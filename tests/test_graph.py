@@ -196,6 +196,32 @@ def test_a_pooling_window_does_not_take_a_fused_injective_chain():
         np.testing.assert_allclose(g.build(layout=False)(x), want, rtol=1e-6)
 
 
+def test_an_elementwise_producer_of_an_epilogue_is_computed_in_it():
+    """A value made by one elementwise op and read only by a convolution's epilogue (a
+    residual computed before the convolution, as an int8 model's DequantizeLinear is) is
+    computed inside that kernel: no kernel writes it, and the results are the same."""
+    g = tdsl.loads("""
+        import std
+        graph g(x: f32[1, 16, 8, 8]) -> y: f32[1, 16, 8, 8] {
+            param w1: f32[16, 16, 3, 3]
+            param w2: f32[16, 16, 3, 3]
+            a = conv2d(x, w1; padding=1)
+            s = sigmoid(a)
+            c = conv2d(a, w2; padding=1)
+            y = add(c, s)
+        }""")["g"]
+    p = g.random_params()
+    c = CompiledGraph(g, p, {}, True, True, blocked=True)
+    ops = [f.ops for f in c.functions]
+    fused = next(o for o in ops if "add" in o)
+    assert fused[0] == "sigmoid" and fused.index("add") > 1, ops
+    assert not any(f.outputs == ("s",) for f in c.functions)
+    if shutil.which("gcc"):
+        x = rand((1, 16, 8, 8), 4)
+        np.testing.assert_allclose(g.build(params=p)(x), g.reference(x, params=p),
+                                   rtol=1e-4, atol=1e-4)
+
+
 def test_a_value_read_twice_is_not_fused_away():
     g = tdsl.loads("""
         import std
