@@ -761,6 +761,8 @@ QLINEAR_OPS = {
     "pack_channels_i32": (["B"], ["block"], ["i32"], "i32"),
     "to_nchwc_u8": (["X"], ["block"], ["u8"], "u8"),
     "from_nchwc_u8": (["X"], [], ["u8"], "u8"),
+    "max_pool2d_u8": (["X"], ["kernel", "stride", "padding"], ["u8"], "u8"),
+    "max_pool2d_nchwc_u8": (["X"], ["kernel", "stride", "padding"], ["u8"], "u8"),
 }
 
 
@@ -788,7 +790,7 @@ BLOCKED_OPS = {
 
 def test_stdlib_has_exactly_the_required_ops():
     assert len(STD_OPS) == 32 and len(QUANT_OPS) == 8 and len(BLOCKED_OPS) == 19
-    assert len(QLINEAR_OPS) == 6
+    assert len(QLINEAR_OPS) == 8
     assert sorted(tdsl.stdlib) == sorted({**STD_OPS, **QUANT_OPS, **BLOCKED_OPS,
                                           **QLINEAR_OPS})
     assert tdsl.load("std") is tdsl.stdlib

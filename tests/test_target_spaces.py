@@ -46,6 +46,9 @@ TEMPLATED = {
     "max_pool2d": ({"N": 1, "C": 3, "IH": 9, "IW": 13}, {"kernel": 3, "stride": 2}),
     "max_pool2d_nchwc": ({"N": 1, "CB": 2, "IH": 9, "IW": 13, "CI": 16},
                          {"kernel": 3, "stride": 2, "padding": 1}),
+    "max_pool2d_u8": ({"N": 1, "C": 3, "IH": 9, "IW": 13}, {"kernel": 3, "stride": 2}),
+    "max_pool2d_nchwc_u8": ({"N": 1, "CB": 2, "IH": 9, "IW": 13, "CI": 16},
+                            {"kernel": 3, "stride": 2, "padding": 1}),
     "avg_pool2d": ({"N": 1, "C": 3, "IH": 9, "IW": 13}, {"kernel": 3, "stride": 2}),
     "global_avg_pool2d": ({"N": 1, "C": 3, "H": 5, "W": 19}, {}),
 }
