@@ -569,15 +569,15 @@ def _conv_f32_exact(cv, node, a, relu=False) -> bool:
     from .conv import _attrs
     params, args, terms = [], [], []
     for k, (digit, weights) in enumerate(parts):
-        k = k if len(parts) > 1 else ""
-        cv.static[out + f"#wf{k}"] = weights.astype(np.float32)
-        cv.call(out + f"#acc{k}", "conv2d" if group == 1 else "depthwise_conv2d",
-                [cv.tensors[out + "#xf"], cv.tensor(out + f"#wf{k}")], shape,
+        tag = str(k) if len(parts) > 1 else ""         # one sum keeps the plain names
+        cv.static[out + f"#wf{tag}"] = weights.astype(np.float32)
+        cv.call(out + f"#acc{tag}", "conv2d" if group == 1 else "depthwise_conv2d",
+                [cv.tensors[out + "#xf"], cv.tensor(out + f"#wf{tag}")], shape,
                 _attrs(stride=strides[0], dilation=dil[0]))
-        params.append(f"X{k}: {T.ty(shape, 'f32')}")
-        args.append(cv.tensors[out + f"#acc{k}"])
-        terms.append(f"X{k}[n, f, y, x]" if len(parts) == 1 else
-                     f"i32(X{k}[n, f, y, x])" + (f" * {digit}" if digit != 1 else ""))
+        params.append(f"X{tag}: {T.ty(shape, 'f32')}")
+        args.append(cv.tensors[out + f"#acc{tag}"])
+        terms.append(f"X{tag}[n, f, y, x]" if len(parts) == 1 else
+                     f"i32(X{tag}[n, f, y, x])" + (f" * {digit}" if digit != 1 else ""))
     # the requantization, as _requantize writes it: f32(acc) * (x_scale * w_scale /
     # y_scale) in f32, rounded half to even, plus the zero point, saturated
     scale = (xs * ws.reshape(-1)).astype(np.float32) / ys

@@ -78,11 +78,11 @@ def run(graph: Graph, fuse: bool = True) -> tuple[Group, ...]:
         for o in node.outputs:
             group_of[o] = joined
     ordered = _inline_elementwise_producers([g for g in groups if g is not None], graph,
-                                            patterns, consumers, outputs)
+                                            consumers, outputs)
     return tuple(sorted(ordered, key=lambda g: g.output_node))
 
 
-def _inline_elementwise_producers(groups: list[Group], graph: Graph, patterns, consumers,
+def _inline_elementwise_producers(groups: list[Group], graph: Graph, consumers,
                                   outputs) -> list[Group]:
     """A kernel of one elementwise op (each input read at the output's own indices) whose
     value only a complex kernel's epilogue reads, elementwise, is computed in that epilogue

@@ -154,17 +154,18 @@ def blocked_channels(fn: te.Function, block: int):
     reads = list(te.loads(out.op.body))
     by_channel = {ld.tensor for ld in reads if any(c in te.free_vars(i) for i in ld.indices)}
     blocked = {}
+    axis_of = {1: 0, 4: 1}          # a by-channel input's channel axis: a [C] vector, NCHW
     for x in by_channel:
-        if not all(isinstance(d, te.Const) for d in x.shape) or \
-                x.shape[x.ndim // 4].value != channels or x.ndim not in (1, 4):
+        if x.ndim not in axis_of or not all(isinstance(d, te.Const) for d in x.shape) or \
+                x.shape[axis_of[x.ndim]].value != channels:
             return None
         cb_ci = (te.const(channels // block, INDEX), te.const(block, INDEX))
         shape = cb_ci if x.ndim == 1 else (x.shape[0], cb_ci[0], *x.shape[2:], cb_ci[1])
         blocked[x] = te.placeholder(x.name, shape, x.dtype)
     if not blocked or \
-            any(ld.indices[ld.tensor.ndim // 4] != c or
+            any(ld.indices[axis_of[ld.tensor.ndim]] != c or
                 any(c in te.free_vars(i) or any(te.loads(i))
-                    for k, i in enumerate(ld.indices) if k != ld.tensor.ndim // 4)
+                    for k, i in enumerate(ld.indices) if k != axis_of[ld.tensor.ndim])
                 for ld in reads if ld.tensor in blocked) or \
             c in te.free_vars(te.rewrite(out.op.body, pre=lambda e: te.const(0, INDEX)
                                          if isinstance(e, te.Load) else None)):
