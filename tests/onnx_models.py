@@ -263,13 +263,19 @@ def _stem(b, c):
                                     strides=[2, 2], pads=[1, 1, 1, 1]))
 
 
-def resnet_stem(c=16, hw=32, opset=17):
+def resnet_stem(c=16, hw=32, opset=17, seed=0):
     """`resnet50`'s stem at ``c`` channels and a 1x3x``hw``x``hw`` image, then a 3x3
     convolution of the pooled values (so the pool's result feeds a convolution, as in the
-    model)."""
-    b = _Builder()
-    _stem(b, c)
-    b.nodes.append(helper.make_node("Identity", [b.conv_bn("pool", c, c, 3)], ["y"]))
+    model). Its weights come from a generator of their own (``seed``), as
+    `resnet_block_int8`'s do."""
+    global RNG
+    saved, RNG = RNG, np.random.default_rng(seed)
+    try:
+        b = _Builder()
+        _stem(b, c)
+        b.nodes.append(helper.make_node("Identity", [b.conv_bn("pool", c, c, 3)], ["y"]))
+    finally:
+        RNG = saved
     return _model(b.nodes, [("x", [1, 3, hw, hw])], ["y"], b.inits, opset)
 
 
@@ -550,12 +556,15 @@ def resnet_block(c=64, hw=56, opset=17):
     return _model(nodes, [("x", [1, c, hw, hw])], ["y"], inits, opset)
 
 
-def quantize_qdq(model, samples=4, per_channel=True, quant_format="QDQ", seed=1):
+def quantize_qdq(model, samples=4, per_channel=True, quant_format="QDQ", seed=1,
+                 reduce_range=False):
     """``model`` quantized by onnxruntime's ``quantize_static`` (MinMax calibration on
     ``samples`` random N(0, 1) inputs of its first input's shape; activations uint8, weights
     int8 per output channel, biases int32): the QDQ form (QuantizeLinear / DequantizeLinear
     around each op, which onnxruntime fuses into QLinearConv and QLinearAdd at load) or, with
-    ``quant_format="QOperator"``, QLinearConv nodes written out. Needs onnxruntime."""
+    ``quant_format="QOperator"``, QLinearConv nodes written out; ``reduce_range``: 7-bit
+    weights, whose pairs of products onnxruntime's AVX2 kernels (no VNNI) sum in int16
+    without saturating. Needs onnxruntime."""
     import os
     import tempfile
 
@@ -579,7 +588,8 @@ def quantize_qdq(model, samples=4, per_channel=True, quant_format="QDQ", seed=1)
         onnx.save(model, src)
         q.quantize_static(src, dst, Reader(), per_channel=per_channel,
                           quant_format=getattr(q.QuantFormat, quant_format),
-                          activation_type=q.QuantType.QUInt8, weight_type=q.QuantType.QInt8)
+                          activation_type=q.QuantType.QUInt8, weight_type=q.QuantType.QInt8,
+                          reduce_range=reduce_range)
         return onnx.load(dst)
 
 

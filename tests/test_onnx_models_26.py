@@ -74,7 +74,8 @@ def test_int8_resnet_stem_runs_blocked_on_u8_and_bit_exact_with_onnxruntime():
     u8 convolution, its 3 channels padded to 4."""
     import tdsl
     from tdsl.onnx_import import convert_model
-    q = onnx_models.quantize_qdq(onnx_models.resnet_stem())
+    # 7-bit weights: onnxruntime's own answer is the exact one on an AVX2 host too
+    q = onnx_models.quantize_qdq(onnx_models.resnet_stem(), reduce_range=True)
     check(q, atol=0, exact=True)
     text, params = convert_model(q, "net")
     x = np.random.default_rng(3).standard_normal((1, 3, 32, 32)).astype(np.float32)
