@@ -92,28 +92,18 @@ _MINMAX_INT = """\
 # pool at 112 x 112 x 64 took 100-105 us against 77-85 now (Zen 4, whose mask compares
 # issue one a cycle; one thread, the kernel in a C loop); its x86-64-v3 (AVX2) code on the
 # same host 99-100 -> 73-75 us.
+#
+# Integer vectors take the same blend with no NaN to keep ({nan} empty; gcc: a vpcmpub and a
+# vpblendmb with AVX-512). A quantized ResNet-50's u8 max pool took 351 us with the lanes
+# one by one, 32 so (Zen 4, AVX-512, one thread).
 _MINMAX_VECTOR = """\
 typedef {it} {mv} __attribute__((vector_size({bytes})));
 {q} {v} tdsl_min_{vd}({v} a, {v} b) {{
-{fast_min}    {mv} m = (a <= b) | (a != a);
+{fast_min}    {mv} m = (a <= b){nan};
     return ({v})((m & ({mv})a) | (~m & ({mv})b));
 }}
 {q} {v} tdsl_max_{vd}({v} a, {v} b) {{
-{fast_max}    {mv} m = (a >= b) | (a != a);
-    return ({v})((m & ({mv})a) | (~m & ({mv})b));
-}}"""
-
-# Integer vectors: the same blend through the compare's mask, no NaN to keep (gcc: a
-# vpcmpub and a vpblendmb with AVX-512). A quantized ResNet-50's u8 max pool took 351 us
-# with the lanes one by one, 32 so (Zen 4, AVX-512, one thread).
-_MINMAX_INT_VECTOR = """\
-typedef {it} {mv} __attribute__((vector_size({bytes})));
-{q} {v} tdsl_min_{vd}({v} a, {v} b) {{
-    {mv} m = a <= b;
-    return ({v})((m & ({mv})a) | (~m & ({mv})b));
-}}
-{q} {v} tdsl_max_{vd}({v} a, {v} b) {{
-    {mv} m = a >= b;
+{fast_max}    {mv} m = (a >= b){nan};
     return ({v})((m & ({mv})a) | (~m & ({mv})b));
 }}"""
 
@@ -524,12 +514,7 @@ class Helpers:
         if "x" in dtype:                          # a vector ("f32x16", "u8x16")
             scalar, lanes = dtype.split("x")
             v = self.vector(scalar, int(lanes))
-            if scalar not in FLOATS:
-                self._add(f"minmax_{dtype}", _MINMAX_INT_VECTOR, scalar, v=v, vd=dtype,
-                          it=f"int{8 * _SIZES[scalar]}_t", mv=f"tdsl_mask_{dtype}",
-                          bytes=int(lanes) * _SIZES[scalar])
-                return f"tdsl_{name}_{dtype}"
-            mask = {"f32": "int32_t", "f64": "int64_t"}[scalar]
+            mask = f"int{8 * _SIZES[scalar]}_t"
             fast = {"min": "", "max": ""}
             if (scalar, int(lanes)) in _MINMAX_X86 and self.native_math is None:  # host C
                 guard, fn, m, pick = _MINMAX_X86[scalar, int(lanes)]
@@ -539,7 +524,8 @@ class Helpers:
                 self._x86_header()
             self._add(f"minmax_{dtype}", _MINMAX_VECTOR, scalar, v=v, vd=dtype, it=mask,
                       mv=f"tdsl_mask_{dtype}", bytes=int(lanes) * _SIZES[scalar],
-                      fast_min=fast["min"], fast_max=fast["max"])
+                      fast_min=fast["min"], fast_max=fast["max"],
+                      nan=" | (a != a)" if scalar in FLOATS else "")
             return f"tdsl_{name}_{dtype}"
         floats = _MINMAX_FLOAT if self.native_math is None else _MINMAX_FLOAT_SELECT
         self._add(f"minmax_{dtype}", floats if dtype in FLOATS else _MINMAX_INT, dtype,

@@ -455,7 +455,7 @@ def _conv_u8(cv, node, a, relu=False) -> bool:
     extra = ", ".join(f"{k}={v}" for k, v in (("x_zp", int(xz)), ("y_zp", int(yz)),
                                                ("lo", int(yz) if relu else 0)) if v)
     wt = cv.tensor(x[3])
-    if c % 4:
+    if _groups_of_4(c):
         xt, wt = _padded_channels(cv, out, xt, w, int(xz))
     cv.call(out, "qlinear_conv2d", [xt, wt, cv.tensor(out + "#b"),
                                     cv.tensor(out + "#scale")], (n, f, oh, ow),

@@ -92,6 +92,9 @@ TILE_BLOCK = 64
 # blocked to NCHW (u8: the int8 convolutions' activations)
 _CONVERSIONS = {"f32": ("to_nchwc", "from_nchwc"), "u8": ("to_nchwc_u8", "from_nchwc_u8")}
 
+# max pools (f32, u8) and their blocked forms
+MAX_POOLS = {"max_pool2d": "max_pool2d_nchwc", "max_pool2d_u8": "max_pool2d_nchwc_u8"}
+
 # a per-channel vector [C] as [C / block, block], by its type
 _PACK_CHANNELS = {"f32": "pack_channels", "i32": "pack_channels_i32"}
 
@@ -246,11 +249,10 @@ class _Rewriter:
             self._emit(PER_CHANNEL[node.op], (self.blocked[x], *vectors), node,
                        dict(node.attrs), blocked=True)
             return True
-        for pool in ("max_pool2d", "max_pool2d_u8"):
-            if self._is_std(node, pool) and x in self.blocked:
-                self._emit(pool.replace("2d", "2d_nchwc"), (self.blocked[x],), node,
-                           dict(node.attrs), blocked=True)
-                return True
+        if node.op in MAX_POOLS and self._is_std(node, node.op) and x in self.blocked:
+            self._emit(MAX_POOLS[node.op], (self.blocked[x],), node, dict(node.attrs),
+                       blocked=True)
+            return True
         if self._is_std(node, "global_avg_pool2d") and x in self.blocked:
             self._emit("global_avg_pool2d_nchwc", (self.blocked[x],), node, blocked=False)
             return True
