@@ -102,10 +102,13 @@ def test_random_schedules_from_the_knob_space_match_numpy(level):
 
 
 def test_the_default_tile_follows_the_registers_and_the_rows():
-    """Per row of tiles 7 tiles x (registers - 2) // 7 vectors (4 on AVX-512, 2 on AVX2);
-    for all tiles at once (the weights outweigh 4x the products: 256 x 14 x 14) the tile
-    spans two rows of 4 tiles, 8 x 2 (8 x 1). Where the weights (36 * C * F floats) do not
-    fit in L2, they are prefetched and all tiles are computed at once (128 x 28 x 28)."""
+    """Per row of tiles 7 tiles x 4 vectors on AVX-512; on AVX2, one vector x 14 tiles
+    where a row (or, computing all tiles at once, the image) has 14, else x 7: the
+    broadcast input needs a register of its own there (AVX-512's FMA reads it from memory),
+    and 7 x 2 spilled an accumulator. For all tiles at once (the weights outweigh 4x the
+    products: 256 x 14 x 14) the tile spans two rows of 4 tiles, 8 x 2 (8 x 1). Where the
+    weights (36 * C * F floats) do not fit in L2, they are prefetched and all tiles are
+    computed at once (128 x 28 x 28)."""
     def default(target, c, hw):
         t = tdsl.Target(target)
         shapes = dict(N=1, CB=c // t.lanes, CI=t.lanes, H=hw, W=hw, FB=c // t.lanes,
@@ -116,10 +119,17 @@ def test_the_default_tile_follows_the_registers_and_the_rows():
         return knobs
     v4, v3 = "c -march=x86-64-v4", "c -march=x86-64-v3"
     assert default(v4, 64, 56) == {"tx": 7, "nb": 4, "whole": 0}
-    assert default(v3, 128, 28) == {"tx": 7, "nb": 2, "whole": int(
-        36 * 128 * 128 * 4 >= tdsl.Target(v3).constants()["l2"])}
+    whole = int(36 * 128 * 128 * 4 >= tdsl.Target(v3).constants()["l2"])
+    assert default(v3, 128, 28) == {"tx": 14 if whole else 7, "nb": 1, "whole": whole}
+    assert default(v3, 64, 56) == {"tx": 14, "nb": 1, "whole": 0}
+    assert default(v3, 32, 28) == {"tx": 7, "nb": 1, "whole": 0}
+    assert default(v3, 512, 7) == {"tx": 4, "nb": 2, "whole": 1}
     assert default(v4, 256, 14) == {"tx": 8, "nb": 2, "whole": 1}
     assert default(v3, 256, 14) == {"tx": 8, "nb": 1, "whole": 1}
+    # 16 registers: accumulators, a weight vector per block and the broadcast input
+    for c, hw in [(16, 112), (64, 56), (128, 28), (32, 28), (256, 14), (512, 7), (64, 9)]:
+        tile = default(v3, c, hw)
+        assert tile["nb"] * tile["tx"] + tile["nb"] + 1 <= 16, (c, hw, tile)
 
 
 def _net(c: int, s: int):
