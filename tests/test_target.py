@@ -145,9 +145,10 @@ schedule f for cpu {
 def test_a_convolution_of_one_input_channel_per_block_takes_a_single_row_tile():
     """conv2d_nchwc defaults to the single-row 2 x 1 x 7 tile with 32 vector registers, with
     one input channel per block (the RGB stem: 1 x 2 x 14 ran ResNet-50's stem at 0.6x the
-    speed, 1 x 1 x 7 at 0.83x) as with others; with 16 both are the 4 x 1 x 3 tile (12
-    accumulators, each broadcast input feeding 4 FMAs). tests/test_graph_speed_shapes.py has
-    their conditions (enough filter blocks)."""
+    speed, 1 x 1 x 7 at 0.83x) as with others; with 16 the others take the 4 x 1 x 3 tile (12
+    accumulators, each broadcast input feeding 4 FMAs) and the stem 2 x 1 x 4 (4 x 1 x 3
+    spilled an accumulator there). tests/test_graph_speed_shapes.py has their conditions
+    (enough filter blocks)."""
     op = tdsl.stdlib["conv2d_nchwc"]
 
     def tile(spec, ci):
@@ -156,7 +157,8 @@ def test_a_convolution_of_one_input_channel_per_block_takes_a_single_row_tile():
         return d["nb"], d["ty"], d["tx"]
     assert tile("c -lanes=16 -registers=32", 1) == (2, 1, 7)
     assert tile("c -lanes=16 -registers=32", 16) == (2, 1, 7)
-    assert tile("c -lanes=8 -registers=16", 1) == tile("c -lanes=8 -registers=16", 8) == (4, 1, 3)
+    assert tile("c -lanes=8 -registers=16", 1) == (2, 1, 4)
+    assert tile("c -lanes=8 -registers=16", 8) == (4, 1, 3)
 
 
 def test_an_unknown_name_in_a_schedule_names_the_target_constants():
