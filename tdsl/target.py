@@ -104,6 +104,13 @@ class Target(metaclass=_ParsedFromString):
             bool({"__AVX512VNNI__", "__AVXVNNI__", "__ARM_FEATURE_MATMUL_INT8"} & self.isa)
 
     @property
+    def has_i16_dot(self) -> bool:
+        """Whether the CPU multiplies pairs of i16 and adds each pair's products in an i32
+        lane in one instruction, which `emit_c.helpers`' dot2_i16 uses: x86's pmaddwd
+        (SSE2 on; vpdpwssd with AVX-512 VNNI), 2 x lanes products an instruction."""
+        return self.kind in ("c", "c-embedded") and "__SSE2__" in self.isa
+
+    @property
     def is_gpu(self) -> bool:
         """Whether code for this target runs as kernels of threads in blocks (CUDA, OpenCL)."""
         return self.warp > 0

@@ -479,13 +479,48 @@ def qlinear_conv2d_nchwc(x, w, b, s, **attrs):
     return _block(y, fi)
 
 
-def pack_qconv_weights(w, in_block, out_block):
+def _pack_groups(w, in_block, out_block, group):
+    """Weights [F, C, KH, KW] as [F/o, C/i, KH, KW, i/group, o, group]: each ``group``
+    consecutive input channels of a filter together (a dot product's operand)."""
     w = np.asarray(w)
     f, c, kh, kw = w.shape
-    fb, cb, cq = f // out_block, c // in_block, in_block // 4
+    fb, cb, cq = f // out_block, c // in_block, in_block // group
     fo, co, r, q, cqi, fii, k = np.ix_(range(fb), range(cb), range(kh), range(kw), range(cq),
-                                      range(out_block), range(4))
-    return w[fo * out_block + fii, co * in_block + cqi * 4 + k, r, q]
+                                      range(out_block), range(group))
+    return w[fo * out_block + fii, co * in_block + cqi * group + k, r, q]
+
+
+def pack_qconv_weights(w, in_block, out_block):
+    return _pack_groups(w, in_block, out_block, 4)
+
+
+def pack_conv_weights_i16(w, in_block, out_block):
+    return _pack_groups(w, in_block, out_block, 2)
+
+
+def conv2d_i16(x, w, stride=1, dilation=1):
+    """The i32 sum of i16 products over an unpadded input (int64 here, wrapped to i32 as
+    the kernel's sums wrap)."""
+    x, w = np.asarray(x, np.int64), np.asarray(w, np.int64)
+    n, c, h, wd = x.shape
+    f, _, kh, kw = w.shape
+    oh = (h - dilation * (kh - 1) - 1) // stride + 1
+    ow = (wd - dilation * (kw - 1) - 1) // stride + 1
+    acc = np.zeros((n, f, oh, ow), np.int64)
+    for r in range(kh):
+        for q in range(kw):
+            patch = x[:, :, r * dilation:r * dilation + stride * (oh - 1) + 1:stride,
+                      q * dilation:q * dilation + stride * (ow - 1) + 1:stride]
+            acc += np.einsum("nchw,fc->nfhw", patch, w[:, :, r, q])
+    return acc.astype(np.int32)
+
+
+def conv2d_nchwc_i16(x, w, **attrs):
+    """conv2d_i16 on blocked inputs; ``w`` as pack_conv_weights_i16 makes it."""
+    x, w = np.asarray(x), np.asarray(w)
+    fb, cb, kh, kw, cq, fi, two = w.shape
+    plain_w = w.transpose(0, 5, 1, 4, 6, 2, 3).reshape(fb * fi, cb * cq * two, kh, kw)
+    return _block(conv2d_i16(_unblock(x)[:, :cb * cq * two], plain_w, **attrs), fi)
 
 
 def pack_channels_i32(b, block):
@@ -505,6 +540,10 @@ def to_nchwc_u8(x, block):
 
 def from_nchwc_u8(x):
     return np.ascontiguousarray(_unblock(np.asarray(x)))
+
+
+to_nchwc_i16 = to_nchwc_i32 = to_nchwc_u8
+from_nchwc_i16 = from_nchwc_i32 = from_nchwc_u8
 
 ALL = {name: fn for name, fn in list(globals().items())
        if callable(fn) and not name.startswith("_") and fn.__module__ == __name__}

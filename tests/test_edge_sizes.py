@@ -54,6 +54,10 @@ ATTRS = {
     "qlinear_conv2d_nchwc": [dict(stride=1, padding=0), dict(stride=2, padding=1, x_zp=9)],
     "to_nchwc_u8": [dict(block=1), dict(block=3)], "pack_channels_i32": [dict(block=2)],
     "pack_qconv_weights": [dict(in_block=4, out_block=2)],
+    "conv2d_i16": [dict(stride=1, dilation=1), dict(stride=2, dilation=3)],
+    "conv2d_nchwc_i16": [dict(stride=1, dilation=1), dict(stride=2, dilation=3)],
+    "pack_conv_weights_i16": [dict(in_block=2, out_block=3)],
+    "to_nchwc_i16": [dict(block=1), dict(block=3)], "to_nchwc_i32": [dict(block=2)],
 }
 _KERNELS: dict = {}
 

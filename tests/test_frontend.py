@@ -763,6 +763,14 @@ QLINEAR_OPS = {
     "from_nchwc_u8": (["X"], [], ["u8"], "u8"),
     "max_pool2d_u8": (["X"], ["kernel", "stride", "padding"], ["u8"], "u8"),
     "max_pool2d_nchwc_u8": (["X"], ["kernel", "stride", "padding"], ["u8"], "u8"),
+    # the i16 route of an int8 convolution (x86 without VNNI)
+    "conv2d_i16": (["X", "W"], ["stride", "dilation"], ["i16", "i16"], "i32"),
+    "conv2d_nchwc_i16": (["X", "W"], ["stride", "dilation"], ["i16", "i16"], "i32"),
+    "pack_conv_weights_i16": (["W"], ["in_block", "out_block"], ["i16"], "i16"),
+    "to_nchwc_i16": (["X"], ["block"], ["i16"], "i16"),
+    "from_nchwc_i16": (["X"], [], ["i16"], "i16"),
+    "to_nchwc_i32": (["X"], ["block"], ["i32"], "i32"),
+    "from_nchwc_i32": (["X"], [], ["i32"], "i32"),
 }
 
 
@@ -790,7 +798,7 @@ BLOCKED_OPS = {
 
 def test_stdlib_has_exactly_the_required_ops():
     assert len(STD_OPS) == 32 and len(QUANT_OPS) == 8 and len(BLOCKED_OPS) == 19
-    assert len(QLINEAR_OPS) == 8
+    assert len(QLINEAR_OPS) == 15
     assert sorted(tdsl.stdlib) == sorted({**STD_OPS, **QUANT_OPS, **BLOCKED_OPS,
                                           **QLINEAR_OPS})
     assert tdsl.load("std") is tdsl.stdlib

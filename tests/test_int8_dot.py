@@ -5,6 +5,8 @@
   paddings, zero points and clamps, built for the host and for x86-64-v3 (no VNNI: the
   fallback), bit-exact with MLAS's arithmetic written in numpy; the plain NCHW
   ``qlinear_conv2d`` likewise;
+- the i16 dot product (``dot2_i16``: vpmaddwd, vpdpwssd with VNNI, a lane loop off x86)
+  through std ``conv2d_nchwc_i16``, exact, for the host, x86-64-v3 and x86-64 (SSE2);
 - vector conversions between floats and integers (the saturating float-to-integer one:
   NaN, infinities, out of range, halves) and the vector ``round``, each equal to the scalar
   code of the same op;
@@ -20,7 +22,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tdsl
-from numpy_ref import qlinear_conv2d as reference
+from numpy_ref import conv2d_i16, qlinear_conv2d as reference
 from tdsl.target import _reads_under_select
 
 pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
@@ -104,6 +106,45 @@ def test_the_register_tile_calls_the_vnni_dot_product():
         plain = op.build(target="c -march=x86-64-v3", shapes=sizes)
         assert "vpdpbusd" not in subprocess.run(["objdump", "-d", str(plain.lib_path)],
                                                 capture_output=True, text=True).stdout
+
+
+@pytest.mark.parametrize("target", ["c"] + (["c -march=x86-64-v3", "c -march=x86-64"]
+                                             if X86 else []))
+@settings(max_examples=8, deadline=None)
+@given(p=cases())
+def test_blocked_i16_convolution_is_exact(target, p):
+    """conv2d_nchwc_i16 (an int8 convolution's centred values on x86 without VNNI): the
+    i16 dot product (vpmaddwd; SSE2's 4 lanes, AVX2's 8, AVX-512's 16; the lane loop off
+    x86) against numpy's sums in int64, values over the whole centred range."""
+    rng = np.random.default_rng(p["seed"])
+    k, stride, dilation = p["k"], p["stride"], p["dilation"]
+    h, wd = (max(v, dilation * (k - 1) + 1) for v in (p["h"], p["w"]))
+    x = rng.integers(-255, 256, (1, p["c"], h, wd)).astype(np.int16)
+    w = rng.integers(-255, 256, (p["f"], p["c"], k, k)).astype(np.int16)
+    want = conv2d_i16(x, w, stride=stride, dilation=dilation)
+    wp = STD["pack_conv_weights_i16"].build(target=target, in_block=p["ci"],
+                                            out_block=p["fi"])(w)
+    kernel = STD["conv2d_nchwc_i16"].build(
+        target=target, stride=stride, dilation=dilation,
+        shapes=dict(N=1, CB=p["c"] // p["ci"], IH=h, IW=wd, CI=p["ci"], FB=p["f"] // p["fi"],
+                    KH=k, KW=k, CQ=p["ci"] // 2, FI=p["fi"]))
+    assert "tdsl_dot2_i16_" in kernel.source          # the idiom was recognised
+    np.testing.assert_array_equal(kernel(blocked(x, p["ci"]), wp), blocked(want, p["fi"]))
+
+
+@pytest.mark.skipif(not X86 or shutil.which("objdump") is None, reason="x86 and objdump")
+@pytest.mark.parametrize("march, instruction", [("x86-64-v3", "vpmaddwd"),
+                                                ("icelake-server", "vpdpwssd")])
+def test_the_i16_register_tile_calls_the_x86_instruction(march, instruction):
+    """The i16 dot product is one pmaddwd (and an add) without VNNI, one vpdpwssd with."""
+    import subprocess
+    target = f"c -march={march}"
+    lanes = tdsl.Target(target).lanes           # the blocks the layout pass gives it
+    sizes = dict(N=1, CB=1, IH=3, IW=16, CI=lanes, FB=4, KH=3, KW=3, CQ=lanes // 2, FI=lanes)
+    kernel = STD["conv2d_nchwc_i16"].build(target=target, shapes=sizes)
+    asm = subprocess.run(["objdump", "-d", str(kernel.lib_path)], capture_output=True,
+                         text=True).stdout
+    assert instruction in asm
 
 
 SPECIAL = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 0.5, 1.5, 2.5, -0.5, -1.5, 127.4,

@@ -4,9 +4,11 @@ op was):
 
 - QLinearConv, and the QDQ pattern DequantizeLinear -> Conv [-> Relu] -> QuantizeLinear,
   of constant weights as std qlinear_conv2d (u8 activations, symmetric i8 weights, no
-  groups, multiples of 4 channels, one padding: `quantized._conv_u8`), else as std conv2d /
-  depthwise_conv2d on the centred integers in f32 and a requantizing epilogue
-  (`quantized._conv_f32_exact`): bit-exact with onnxruntime over
+  groups, multiples of 4 channels, one padding: `quantized._conv_u8`), else on x86 with
+  multiples of 4 channels and filters and no groups as std conv2d_i16 on the centred
+  integers in i16 (`quantized._conv_i16`), else as std conv2d / depthwise_conv2d on them in
+  f32 (`quantized._conv_f32_exact`), each with a requantizing epilogue: bit-exact with
+  onnxruntime over
   u8/i8 inputs and weights, per-tensor and per-channel scales and zero points, strides,
   dilations, asymmetric pads, depthwise groups, bias or none; past the f32-exact bound the
   integer op is kept;
@@ -33,6 +35,7 @@ from tdsl.onnx_import import convert_model  # noqa: E402
 
 pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
 HOST_INT8_DOT = tdsl.target.as_target("c").has_int8_dot    # the u8 route is taken
+HOST_I16_DOT = tdsl.target.as_target("c").has_i16_dot      # and the i16 one
 _TYPES = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.uint8): TensorProto.UINT8,
           np.dtype(np.int8): TensorProto.INT8, np.dtype(np.int32): TensorProto.INT32}
 
@@ -110,14 +113,17 @@ def _qconv_case(p):
 
 
 def _route(p, inits) -> str:
-    """The path a case takes: "u8" (`quantized._conv_u8`), "f32" (`_conv_f32_exact`, within
-    its bound) or "integer" (the generic op)."""
+    """The path a case takes: "u8" (`quantized._conv_u8`), "i16" (`_conv_i16`), "f32"
+    (`_conv_f32_exact`, within its bound) or "integer" (the generic op)."""
     if HOST_INT8_DOT and p["xdt"] is np.uint8 and p["wdt"] is np.int8 and \
             not np.any(inits["wz"]) and \
             not (p["depthwise"] and p["c"] > 1) and 3 * (-p["c"] % 4) <= p["c"] and \
             p["f"] % 4 == 0 and \
             len(set(p["pads"])) == 1:
         return "u8"
+    if HOST_I16_DOT and not (p["depthwise"] and p["c"] > 1) and p["c"] % 4 == 0 and \
+            p["f"] % 4 == 0:
+        return "i16"
     return "f32" if _qconv_case(p)[3] else "integer"
 
 
@@ -126,6 +132,9 @@ def _route(p, inits) -> str:
 @example(dict(depthwise=False, c=16, f=16, k=[3, 3], s=1, d=1, pads=[1, 1, 1, 1], hw=[8, 8],
               xdt=np.uint8, wdt=np.int8, per_channel=True, n=1, bias=True, relu=True,
               seed=5)).via("the shape the blocked layout would run by Winograd")
+@example(dict(depthwise=False, c=4, f=8, k=[3, 3], s=2, d=2, pads=[1, 2, 0, 1], hw=[9, 8],
+              xdt=np.uint8, wdt=np.uint8, per_channel=True, n=2, bias=True, relu=True,
+              seed=6)).via("the i16 route on x86 (asymmetric weights: no u8 route)")
 def test_qlinear_conv_of_constant_weights_runs_as_std_conv2d_bit_exact(p):
     x, inits, attrs, _ = _qconv_case(p)
     ins = ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz"] + (["b"] if p["bias"] else [])
@@ -135,6 +144,7 @@ def test_qlinear_conv_of_constant_weights_runs_as_std_conv2d_bit_exact(p):
     std = "= depthwise_conv2d(" if p["depthwise"] and p["c"] > 1 else "= conv2d("
     assert ("= qlinear_conv2d(" in text) == (route == "u8")
     assert (std in text and "requantize_" in text) == (route == "f32")
+    assert ("= conv2d_i16(" in text and "requantize_" in text) == (route == "i16")
     assert ("qlinear_conv_" in text) == (route == "integer")
     want = _ort(m, x)
     assert got.dtype == want.dtype
@@ -172,7 +182,8 @@ def test_qdq_conv_relu_of_constant_weights_runs_as_std_conv2d_bit_exact(p):
     m, text, got = _run(nodes, x, inits, p["xdt"])
     route = _route(p, inits)
     assert ("= qlinear_conv2d(" in text) == (route == "u8")
-    assert ("requantize_" in text) == (route == "f32")
+    assert ("requantize_" in text) == (route in ("f32", "i16"))
+    assert ("= conv2d_i16(" in text) == (route == "i16")
     assert ("qlinear_conv_" in text) == (route == "integer")
     assert "dequantize_" not in text
     want = _ort(m, x)
@@ -216,6 +227,34 @@ def test_qlinear_conv_past_the_split_bound_keeps_the_integer_op():
     m, text, got = _run([node], x, inits, np.uint8)
     assert "qlinear_conv_" in text and "requantize_" not in text
     np.testing.assert_array_equal(got, _ort(m, x))
+
+
+@pytest.mark.skipif(not HOST_I16_DOT, reason="this CPU has no i16 dot product (x86's pmaddwd)")
+def test_qlinear_conv_past_the_f32_bound_takes_the_i16_route_exactly():
+    """The i16 route sums in i32 too: 260 channels of u8 weights at their extremes, zero
+    point 100 (so no u8 route), 4 filters, built for the host and for AVX2 code with the
+    blocked layout (conv2d_nchwc_i16, the dot product), bit-exact with onnxruntime."""
+    rng = np.random.default_rng(3)
+    c = 260
+    w = np.where(rng.random((4, c, 3, 3)) < 0.5, 255, 0).astype(np.uint8)
+    x = rng.integers(0, 256, (1, c, 5, 6)).astype(np.uint8)
+    inits = {"xs": np.float32(0.02), "xz": np.uint8(250), "w": w,
+             "ws": np.float32(1e-6), "wz": np.uint8(100), "ys": np.float32(0.5),
+             "yz": np.uint8(3), "b": np.array([-40000, 2 ** 20, 0, 7], np.int32)}
+    node = helper.make_node("QLinearConv", ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz", "b"],
+                            ["y"], pads=[1, 1, 1, 1])
+    m, text, got = _run([node], x, inits, np.uint8)
+    assert "= conv2d_i16(" in text and "qlinear_conv_" not in text
+    want = _ort(m, x)
+    np.testing.assert_array_equal(got, want)
+    avx2 = "c -march=x86-64-v3"
+    if tdsl.Target(avx2).unrunnable_reason():
+        return                          # an x86 CPU without AVX2
+    text, params = convert_model(m, "net", target=avx2)
+    built = tdsl.loads(text)["net"].build(avx2, params=params)
+    np.testing.assert_array_equal(built(x), want)
+    assert any(f.fn.name == "conv2d_nchwc_i16" for f in built.compiled(x).functions)
+    assert "tdsl_dot2_i16" in "".join(k.source for k in built.compiled(x).kernels)
 
 
 @pytest.mark.skipif(not HOST_INT8_DOT, reason="this CPU has no int8 dot product (VNNI)")

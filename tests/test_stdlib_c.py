@@ -26,7 +26,9 @@ ATTRS = {"max_pool2d": {"kernel": 2}, "avg_pool2d": {"kernel": 3, "stride": 2, "
          "to_nchwc_u8": {"block": 1}, "pack_channels_i32": {"block": 1},
          "pack_qconv_weights": {"in_block": 4, "out_block": 1},
          "qlinear_conv2d": {"padding": 1, "x_zp": 7, "y_zp": 3, "lo": 2, "hi": 250},
-         "qlinear_conv2d_nchwc": {"padding": 1, "x_zp": 7, "y_zp": 3}}
+         "qlinear_conv2d_nchwc": {"padding": 1, "x_zp": 7, "y_zp": 3},
+         "pack_conv_weights_i16": {"in_block": 2, "out_block": 1},
+         "to_nchwc_i16": {"block": 1}, "to_nchwc_i32": {"block": 1}}
 
 # (rtol, atol) where the default 1e-4 is too tight for float32: Winograd F(4x4, 3x3)'s
 # transforms (entries up to 8) amplify rounding, as tests/test_winograd4.py allows for; an

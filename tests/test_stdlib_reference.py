@@ -76,7 +76,8 @@ TESTED = {
     "pack_dense_weights", "dense_packed", "winograd_weights", "conv2d_winograd_nchwc",
     "winograd4_weights", "conv2d_winograd4_nchwc", "qlinear_conv2d", "qlinear_conv2d_nchwc",
     "pack_qconv_weights", "pack_channels_i32", "to_nchwc_u8", "from_nchwc_u8",
-    "max_pool2d_u8", "max_pool2d_nchwc_u8",
+    "max_pool2d_u8", "max_pool2d_nchwc_u8", "conv2d_i16", "conv2d_nchwc_i16",
+    "pack_conv_weights_i16", "to_nchwc_i16", "from_nchwc_i16", "to_nchwc_i32", "from_nchwc_i32",
 }
 
 
@@ -421,6 +422,30 @@ def test_int8_convolutions_and_their_layouts(n, cq, ci, fb, fi, k, stride, paddi
     bb = both("pack_channels_i32", b, block=fi, **exact)
     sb = both("pack_channels", s, block=fi)
     both("qlinear_conv2d_nchwc", xb, wp, bb, sb, **exact, **attrs)
+
+
+@HYP
+@given(n=st.integers(1, 2), cq=st.integers(1, 2), ci=st.sampled_from([2, 4, 8]),
+       fb=st.integers(1, 2), fi=st.integers(1, 3), k=st.integers(1, 3),
+       stride=st.integers(1, 3), dilation=st.integers(1, 2), hw=st.integers(3, 7),
+       seed=seeds)
+def test_i16_convolutions_and_their_layouts(n, cq, ci, fb, fi, k, stride, dilation, hw, seed):
+    """conv2d_i16 (plain and blocked: an int8 convolution's centred values, the importer's
+    route without VNNI) and the i16 / i32 layout and packing ops, exactly; values over the
+    whole of [-255, 255], the centred range."""
+    rng = np.random.default_rng(seed)
+    c, f = cq * ci, fb * fi
+    hw = max(hw, dilation * (k - 1) + 1)
+    x = rng.integers(-255, 256, (n, c, hw, hw)).astype(np.int16)
+    w = rng.integers(-255, 256, (f, c, k, k)).astype(np.int16)
+    exact = dict(rtol=0, atol=0)
+    y = both("conv2d_i16", x, w, stride=stride, dilation=dilation, **exact)
+    xb = both("to_nchwc_i16", x, block=ci, **exact)
+    np.testing.assert_array_equal(call("from_nchwc_i16", xb), x)
+    wp = both("pack_conv_weights_i16", w, in_block=ci, out_block=fi, **exact)
+    yb = both("conv2d_nchwc_i16", xb, wp, stride=stride, dilation=dilation, **exact)
+    np.testing.assert_array_equal(call("from_nchwc_i32", yb), y)
+    np.testing.assert_array_equal(both("to_nchwc_i32", y, block=fi, **exact), yb)
 
 
 @HYP

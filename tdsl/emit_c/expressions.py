@@ -214,8 +214,8 @@ class CExpressionPrinter:
             return f"{self.helpers.exp(dtype)}({args[0]})", POSTFIX
         if name == "round" and dtype.startswith("f32x"):    # a GNU vector (lanes.py)
             return f"{self.helpers.round_vector(dtype)}({args[0]})", POSTFIX
-        if name == "dot4_u8i8":                             # GNU vectors (lanes.py)
-            return f"{self.helpers.dot4_u8i8(dtype)}({', '.join(args)})", POSTFIX
+        if name in ("dot4_u8i8", "dot2_i16"):               # GNU vectors (lanes.py)
+            return f"{getattr(self.helpers, name)(dtype)}({', '.join(args)})", POSTFIX
         if name in ("sqrt", "rsqrt") and "x" in dtype:      # a GNU vector (lanes.py)
             root = f"{self.helpers.sqrt_vector(dtype)}({args[0]})"
             if name == "sqrt":

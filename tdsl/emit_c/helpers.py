@@ -240,6 +240,26 @@ _DOT4_U8I8 = """\
     return acc;
 }}"""
 
+# The i16 dot product (vectorize.py's dot2_i16): lane j of the result is acc[j] plus
+# a[0] * b[2 j] + a[1] * b[2 j + 1], exact in i32 (two products of i16 sum within i32
+# except -32768 * -32768 twice, which vpmaddwd wraps as this loop's int32 sum does). On x86
+# one vpmaddwd and an add (SSE2, AVX2, AVX-512BW), with VNNI one vpdpwssd; elsewhere a lane
+# loop gcc vectorizes.
+_DOT2_I16 = """\
+{q} {v} tdsl_dot2_i16_{vd}({v} acc, {va} a, {vb} b) {{
+{fast}    for (int j = 0; j < {lanes}; j++)
+        acc[j] += (int32_t)a[0] * b[2 * j] + (int32_t)a[1] * b[2 * j + 1];
+    return acc;
+}}"""
+
+# per vector width: (guard, VNNI's vpdpwssd), (guard, vpmaddwd), the vector type, broadcast
+_DOT2_X86 = {16: (("defined(__AVX512VNNI__)", "_mm512_dpwssd_epi32"),
+                  ("defined(__AVX512BW__)", "_mm512_madd_epi16"), "__m512i", "_mm512_set1_epi32"),
+             8: (("defined(__AVX512VNNI__) && defined(__AVX512VL__)", "_mm256_dpwssd_epi32"),
+                 ("defined(__AVX2__)", "_mm256_madd_epi16"), "__m256i", "_mm256_set1_epi32"),
+             4: (("defined(__AVX512VNNI__) && defined(__AVX512VL__)", "_mm_dpwssd_epi32"),
+                 ("defined(__SSE2__)", "_mm_madd_epi16"), "__m128i", "_mm_set1_epi32")}
+
 # per vector width: the VNNI instruction's guard and its spelling
 _VNNI = {16: ("defined(__AVX512VNNI__)", "_mm512_dpbusd_epi32", "__m512i", "_mm512_set1_epi32"),
          8: ("defined(__AVX512VNNI__) && defined(__AVX512VL__)", "_mm256_dpbusd_epi32",
@@ -770,6 +790,27 @@ class Helpers:
         self._add(f"dot4_u8i8_{dtype}", _DOT4_U8I8, "i32", v=v, vd=dtype, va=va, vb=vb,
                   lanes=lanes, fast=fast)
         return f"tdsl_dot4_u8i8_{dtype}"
+
+    def dot2_i16(self, dtype: str) -> str:
+        """The i16 dot product on ``dtype`` ("i32x8") accumulators (`_DOT2_I16`)."""
+        lanes = int(dtype.split("x")[1])
+        v, va, vb = self.vector("i32", lanes), self.vector("i16", 2), self.vector("i16", 2 * lanes)
+        fast = ""
+        if lanes in _DOT2_X86:
+            (vnni, dp), (madd_guard, madd), m, bcast = _DOT2_X86[lanes]
+            reg = "v" if lanes == 16 else "x"
+            # b in a register, as for dot4_u8i8: one load per weight vector, shared by the
+            # tile's products
+            head = (f"    {{ int32_t a2; memcpy(&a2, &a, 4); {m} w = ({m})b; "
+                    f"__asm__(\"\" : \"+{reg}\"(w)); ")
+            fast = (f"#if {vnni}\n{head}return ({v}){dp}(({m})acc, {bcast}(a2), w); }}\n"
+                    f"#elif {madd_guard}\n{head}{v} r = acc + ({v}){madd}(w, {bcast}(a2)); "
+                    f"__asm__(\"\" : \"+{reg}\"(r)); return r; }}\n"
+                    "#endif\n")
+            self._x86_header()
+        self._add(f"dot2_i16_{dtype}", _DOT2_I16, "i32", v=v, vd=dtype, va=va, vb=vb,
+                  lanes=lanes, fast=fast)
+        return f"tdsl_dot2_i16_{dtype}"
 
     def requantize(self) -> str:
         self._add("requantize", _REQUANTIZE)

@@ -129,7 +129,8 @@ def lane(e: te.Expr, at: te.Expr) -> te.Expr:
             return LaneOf(e, at, scalar_of(e.dtype))
         case BufferLoad(buffer, indices):
             return BufferLoad(buffer, tuple(lane(i, at) for i in indices), scalar_of(e.dtype))
-        case te.Intrinsic("dot4_u8i8", (acc, a, b)):   # lane j: acc[j] + sum[k] a[k] b[4j+k]
+        case te.Intrinsic("dot4_u8i8" | "dot2_i16", (acc, a, b)):
+            # lane j: acc[j] + sum[k] a[k] b[G j + k], G the lanes of a (4, 2)
             total = lane(acc, at)
             for k in range(lanes_of(a)):
                 kk = te.Const(k, INDEX)
@@ -154,7 +155,7 @@ def simd_expressible(e: te.Expr, has_vector_type) -> bool:
     The set is what GNU vector types do natively and what a register tile needs: contiguous
     loads, broadcasts, ``+ - *`` (and ``/`` on floats), negation, float and integer
     ``min``/``max`` (a compare-and-blend helper), f32 ``exp`` and ``round``, float
-    ``sqrt``/``rsqrt``, the int8 ``dot4_u8i8`` and numeric casts (vector helpers,
+    ``sqrt``/``rsqrt``, the dot products ``dot4_u8i8`` and ``dot2_i16`` and numeric casts (vector helpers,
     ``__builtin_convertvector``), selects with one condition for all lanes (a C conditional
     between two vectors), and vector variables.
     ``has_vector_type(dtype)`` says whether the language spells that vector type.
@@ -191,6 +192,6 @@ def simd_expressible(e: te.Expr, has_vector_type) -> bool:
             return simd_expressible(a, has_vector_type)
         case te.Intrinsic("round", (a,)) if scalar == "f32":
             return simd_expressible(a, has_vector_type)
-        case te.Intrinsic("dot4_u8i8", args):        # the helper takes three vectors
+        case te.Intrinsic("dot4_u8i8" | "dot2_i16", args):   # a helper of three vectors
             return all(simd_expressible(a, has_vector_type) for a in args)
     return False

@@ -56,6 +56,7 @@ _MATH = {
     "requantize": multiply_by_quantized_multiplier,
     # vectorize.py's int8 dot product: lane j adds the four products a[k] * b[4 j + k]
     "dot4_u8i8": lambda acc, a, b: acc + b.astype(np.int32).reshape(-1, 4) @ a.astype(np.int32),
+    "dot2_i16": lambda acc, a, b: acc + b.astype(np.int32).reshape(-1, 2) @ a.astype(np.int32),
 }
 _COMBINE = {"sum": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum}
 

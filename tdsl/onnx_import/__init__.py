@@ -64,12 +64,15 @@ def symbolic_dims(model) -> list[str]:
     return out
 
 
-def _int8_dot(target) -> bool:
+def _dot_products(target) -> tuple[bool, bool]:
+    """Whether ``target`` has an int8 and an i16 dot product (`Target.has_int8_dot`,
+    `Target.has_i16_dot`); neither for a target this machine can't build for."""
     from ..target import as_target
     try:
-        return as_target(target).has_int8_dot
-    except TdslError:                  # a target this machine can't build for
-        return False
+        t = as_target(target)
+    except TdslError:
+        return False, False
+    return t.has_int8_dot, t.has_i16_dot
 
 
 def convert_model(model, name: str, source: str = "an ONNX model",
@@ -81,14 +84,15 @@ def convert_model(model, name: str, source: str = "an ONNX model",
     constants of the graph rather than its inputs; ``dims`` the values of symbolic input
     dimensions (by their names; 1 for those not given, with a warning). ``target`` (the
     host's C by default) is what the text is for where the fastest form of a layer depends
-    on the CPU: an int8 convolution sums in integers where it has an int8 dot product
-    (VNNI), else in f32 (`quantized.qlinear_conv`)."""
+    on the CPU: an int8 convolution sums int8 products where it has an int8 dot product
+    (VNNI), else i16 ones where it has an i16 dot product (x86), else in f32
+    (`quantized.qlinear_conv`)."""
     onnx = _onnx()
     from onnx import numpy_helper
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
     g = model.graph
     cv = Converter(g, opset, name)
-    cv.int8_dot = _int8_dot(target)
+    cv.int8_dot, cv.i16_dot = _dot_products(target)
     for init in g.initializer:
         cv.static[init.name] = numpy_helper.to_array(init)
     names = {inp.name for inp in g.input}

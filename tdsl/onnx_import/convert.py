@@ -67,6 +67,7 @@ class Converter:
         self.graph, self.opset, self.name = graph, opset, name
         self.static: dict[str, np.ndarray] = {}
         self.int8_dot = False     # the target has an int8 dot product (convert_model's)
+        self.i16_dot = False      # and an i16 one
         self.tensors: dict[str, Tensor] = {}
         self.used: set[str] = set()
         self.params: dict[str, np.ndarray] = {}

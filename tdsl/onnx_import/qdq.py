@@ -10,9 +10,11 @@ i32 bias, requantized as `quantized` does (MLAS: ``f32(acc) * (x_scale * w_scale
 y_scale)`` rounded half to even, plus the zero point, saturated); a Relu between the op and
 its QuantizeLinear is ``max(y, y_zero_point)``, which is exactly quantize(relu(v)). The
 float graph computes the same up to its float rounding; the integer one is bit-exact with
-onnxruntime, which fuses the same pattern. A Conv whose integer sum f32 holds exactly (the
-bound `quantized._conv_f32_exact` checks on the constant weights) runs as std conv2d on the
-centred values (past the bound, as two, one per base-16 digit of the weights:
+onnxruntime, which fuses the same pattern. A Conv runs as `quantized.qlinear_conv` routes
+it: by the int8 dot product (VNNI), by the i16 one on other x86 CPUs (std conv2d_i16 on the
+centred values), or, where the integer sum f32 holds exactly (the bound
+`quantized._conv_f32_exact` checks on the constant weights), as std conv2d on the centred
+values (past the bound, as two, one per base-16 digit of the weights:
 `quantized._SPLIT_WEIGHTS`), with the requantization (and the Relu) as its epilogue: the
 tuned schedule and the blocked layout, the same integers.
 

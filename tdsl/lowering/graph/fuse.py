@@ -30,7 +30,9 @@ from .patterns import (Pattern, classify, moves_values_only, output_is_fusable,
                        reads_through_window, vectors_along_output)
 
 
-LAYOUT_TRANSFORMS = ("to_nchwc", "from_nchwc", "to_nchwc_u8", "from_nchwc_u8")
+# the layout pass's conversions (layout.py's _CONVERSIONS)
+LAYOUT_TRANSFORMS = ("to_nchwc", "from_nchwc", "to_nchwc_u8", "from_nchwc_u8", "to_nchwc_i16",
+                     "from_nchwc_i16", "to_nchwc_i32", "from_nchwc_i32")
 
 
 @dataclass(frozen=True)

@@ -89,8 +89,15 @@ WINOGRAD_MAX_WEIGHT_BYTES = 4 << 20     # the transformed weights, 16 (36) * C *
 TILE_BLOCK = 64
 
 # the layout conversions of each element type a blocked value may have: NCHW to blocked,
-# blocked to NCHW (u8: the int8 convolutions' activations)
-_CONVERSIONS = {"f32": ("to_nchwc", "from_nchwc"), "u8": ("to_nchwc_u8", "from_nchwc_u8")}
+# blocked to NCHW (u8: the int8 convolutions' activations; i16 and i32: conv2d_i16's input
+# and sums)
+_CONVERSIONS = {"f32": ("to_nchwc", "from_nchwc"), "u8": ("to_nchwc_u8", "from_nchwc_u8"),
+                "i16": ("to_nchwc_i16", "from_nchwc_i16"),
+                "i32": ("to_nchwc_i32", "from_nchwc_i32")}
+
+# the convolutions that block their input, by the multiple of channels its block must be
+# (the int8 dot product's groups of 4, the i16 one's pairs)
+_BLOCKING = {"conv2d": 1, "qlinear_conv2d": 4, "conv2d_i16": 2}
 
 # max pools (f32, u8) and their blocked forms
 MAX_POOLS = {"max_pool2d": "max_pool2d_nchwc", "max_pool2d_u8": "max_pool2d_nchwc_u8"}
@@ -235,6 +242,8 @@ class _Rewriter:
             return self._depthwise(node)
         if self._is_std(node, "qlinear_conv2d"):
             return self._qconv(node)
+        if self._is_std(node, "conv2d_i16"):
+            return self._conv_i16(node)
         if self._is_std(node, "dense"):
             return self._dense(node)
         blocked_in = [v for v in node.inputs if v in self.blocked]
@@ -315,6 +324,22 @@ class _Rewriter:
         sb = self._weight_node("pack_channels", scale, {"block": fb}, "_blocked")
         self._emit("qlinear_conv2d_nchwc", (xb, wp, bb, sb), node, dict(node.attrs),
                    blocked=True)
+        return True
+
+    def _conv_i16(self, node: Node) -> bool:
+        """The i16 convolution (an int8 one on x86 without VNNI) on blocked i16 inputs, in
+        blocks of an even number of channels (the dot product's pairs), its i32 sums
+        blocked as f32's."""
+        x, w = node.inputs
+        xs, ws = self._orig_shape(x), self._orig_shape(w)
+        cin = self._block(x) if x in self.blocked else self._channel_block(xs[1])
+        fb = self._channel_block(ws[0])
+        if fb is None or cin is None or cin % 2:
+            return False
+        xb = self.blocked[x] if x in self.blocked else self._to_blocked(x, cin)
+        wp = self._weight_node("pack_conv_weights_i16", w, {"in_block": cin, "out_block": fb},
+                               "_packed")
+        self._emit("conv2d_nchwc_i16", (xb, wp), node, dict(node.attrs), blocked=True)
         return True
 
     def _on_tiles(self, node: Node) -> bool:
@@ -402,16 +427,15 @@ class _Rewriter:
         if len(shape) != 4 or not readers or out in self.graph.outputs:
             return None
         block = self._channel_block(shape[1])
-        conv_readers = [r for r in readers
-                        if self._is_std(r, "qlinear_conv2d") or self._is_std(r, "conv2d")]
+        conv_readers = [r for r in readers if any(self._is_std(r, op) for op in _BLOCKING)]
         if conv_readers and all(self._is_std(r, "qlinear_conv2d") and self._on_tiles(r)
                                 for r in conv_readers):
             block = TILE_BLOCK          # what they take on tiles
         convs = 0
         for r in readers:
-            if self._is_std(r, "qlinear_conv2d") or self._is_std(r, "conv2d"):
+            if r in conv_readers:
                 if r.inputs[0] != out or out in r.inputs[1:] or block is None or \
-                        (r.op == "qlinear_conv2d" and block % 4):
+                        block % _BLOCKING[r.op]:
                     return None
                 convs += 1
             elif not self._blockable(r):        # another elementwise op: blocked as well

@@ -29,7 +29,9 @@ with ``acc`` i32, ``a`` u8 (the same four bytes for every lane) and ``b`` i8 (fo
 per lane, contiguous), becomes one store of ``dot4_u8i8(acc[ramp], a[ramp(a0, 1, 4)],
 b[ramp(b0, 1, 4 L)])``: lane ``j`` adds ``sum[k] a[k] * b[4 j + k]``. That is one
 ``vpdpbusd`` on x86 with VNNI (the emitters' helper; a lane loop elsewhere), 4 L products
-per instruction, exact in i32 like the loop it replaces.
+per instruction, exact in i32 like the loop it replaces. The same loop over ``k in [0, 2)``
+with ``a`` and ``b`` both i16 becomes ``dot2_i16`` (``vpmaddwd``: lane ``j`` adds ``a[0] *
+b[2 j] + a[1] * b[2 j + 1]``; `DOT_PRODUCTS`).
 
 Every other VECTORIZED loop is kept as is, for the emitter to print with a vectorization
 pragma.
@@ -77,17 +79,24 @@ def vectorize_loop(loop: For):
     return out[0] if len(out) == 1 else Seq(out)
 
 
-DOT_GROUP = 4      # the products each lane of a dot4 adds: vpdpbusd's four bytes per lane
+# The dot products the idiom becomes, by (a's dtype, b's dtype): the products each lane
+# adds and the intrinsic. u8 x i8 in fours is vpdpbusd's (VNNI); i16 x i16 in pairs is
+# vpmaddwd's, which every x86 vector unit from SSE2 on has (AVX2: 16 products an
+# instruction, twice an 8-lane FMA's).
+DOT_PRODUCTS = {("u8", "i8"): (4, "dot4_u8i8"), ("i16", "i16"): (2, "dot2_i16")}
 
 
 def _dot_product(loop: For, lanes: int) -> Store | None:
     """The dot-product idiom (module docstring) as one vector store, or None."""
     inner = loop.body
     s = inner.body
+    groups = {group for group, _ in DOT_PRODUCTS.values()}
     if inner.kind is not ForKind.UNROLLED or not _is_const(inner.min, 0) or \
-            not _is_const(inner.extent, DOT_GROUP) or not isinstance(s, Store) or \
-            s.predicate is not None or len(s.indices) != 1 or s.buffer.dtype != "i32":
+            not any(_is_const(inner.extent, g) for g in groups) or \
+            not isinstance(s, Store) or s.predicate is not None or len(s.indices) != 1 or \
+            s.buffer.dtype != "i32":
         return None
+    group = int(inner.extent.value)
     k = inner.var
     v = _Vectorizer(loop.var, loop.min, lanes, {s.buffer: s.indices})
     acc = BufferLoad(s.buffer, s.indices, "i32")
@@ -97,24 +106,30 @@ def _dot_product(loop: For, lanes: int) -> Store | None:
             pass
         case _:
             return None
-    if getattr(x, "dtype", None) == "i8" and getattr(y, "dtype", None) == "u8":
-        x, y = y, x
-    if not (isinstance(x, BufferLoad) and isinstance(y, BufferLoad) and x.dtype == "u8" and
-            y.dtype == "i8" and x.predicate is None and y.predicate is None):
+    if not (isinstance(x, BufferLoad) and isinstance(y, BufferLoad) and
+            x.predicate is None and y.predicate is None):
         return None
     base = v.contiguous(s.indices[0])
-    a0 = _offset(x.indices, {loop.var: 0, k: 1})
-    b0 = _offset(y.indices, {loop.var: DOT_GROUP, k: 1})
-    if base is None or k in te.free_vars(base) or a0 is None or b0 is None:
+    if base is None or k in te.free_vars(base):
         return None
-    b0 = simplify(te.Binary("+", b0, te.Binary("*", te.Const(DOT_GROUP, INDEX), loop.min,
-                                               INDEX), INDEX))      # the first lane's
-    value = te.Intrinsic("dot4_u8i8", (
-        BufferLoad(s.buffer, (v.ramp(base),), vector_dtype("i32", lanes)),
-        BufferLoad(x.buffer, (_ramp(a0, DOT_GROUP),), vector_dtype("u8", DOT_GROUP)),
-        BufferLoad(y.buffer, (_ramp(b0, DOT_GROUP * lanes),),
-                   vector_dtype("i8", DOT_GROUP * lanes))), vector_dtype("i32", lanes))
-    return Store(s.buffer, (v.ramp(base),), value)
+    # a: the same `group` values for every lane; b: `group` values per lane, contiguous
+    for a, b in ((x, y), (y, x)):
+        kind = DOT_PRODUCTS.get((a.dtype, b.dtype))
+        if kind is None or kind[0] != group:
+            continue
+        a0 = _offset(a.indices, {loop.var: 0, k: 1})
+        b0 = _offset(b.indices, {loop.var: group, k: 1})
+        if a0 is None or b0 is None:
+            continue
+        b0 = simplify(te.Binary("+", b0, te.Binary("*", te.Const(group, INDEX), loop.min,
+                                                   INDEX), INDEX))      # the first lane's
+        value = te.Intrinsic(kind[1], (
+            BufferLoad(s.buffer, (v.ramp(base),), vector_dtype("i32", lanes)),
+            BufferLoad(a.buffer, (_ramp(a0, group),), vector_dtype(a.dtype, group)),
+            BufferLoad(b.buffer, (_ramp(b0, group * lanes),),
+                       vector_dtype(b.dtype, group * lanes))), vector_dtype("i32", lanes))
+        return Store(s.buffer, (v.ramp(base),), value)
+    return None
 
 
 def _vector_cast(src: str, dst: str) -> bool:
