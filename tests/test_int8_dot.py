@@ -153,19 +153,28 @@ SPECIAL = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 0.5, 1.5, 2.5, -0.5, -1.
                     -1e20, 5e18, 9.3e18, 1.9e19])
 
 
-def _vector_and_scalar(src: str, n: int):
+def _vector_and_scalar(src: str, n: int, target="c"):
     op = tdsl.loads(src)["c"]
-    return op.build(shapes=dict(N=n)), op.build(schedule=op.schedule("naive"), shapes=dict(N=n))
+    return op.build(target, shapes=dict(N=n)), \
+        op.build(target, schedule=op.schedule("naive"), shapes=dict(N=n))
 
 
+# the host, and on x86 AVX2 and SSE2 code: without AVX-512's narrowing moves the small
+# integer types are packed with saturation (`emit_c.helpers._X86_PACK`)
+TARGETS = ["c"] + (["c -march=x86-64-v3", "c -march=x86-64"] if X86 else [])
+
+
+@pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("fdt", ["f32", "f64"])
 @pytest.mark.parametrize("idt", ["u8", "i8", "i16", "u16", "i32", "u32", "i64", "u64"])
-def test_vector_float_to_integer_casts_saturate_as_the_scalar_ones(fdt, idt):
+def test_vector_float_to_integer_casts_saturate_as_the_scalar_ones(fdt, idt, target):
     rng = np.random.default_rng(3)
     x = np.resize(np.concatenate([SPECIAL, SPECIAL[::-1], rng.standard_normal(64) * 1e3]),
                   128).astype({"f32": np.float32, "f64": np.float64}[fdt])
     vec, scalar = _vector_and_scalar(f"op c(X: {fdt}[N]) -> Y: {idt}[N] "
-                                     f"{{ Y[i] = {idt}(X[i]) }}", 128)
+                                     f"{{ Y[i] = {idt}(X[i]) }}", 128, target)
+    if target != "c" and fdt == "f32" and idt in ("u8", "i8", "i16"):
+        assert "_mm_packs_epi32" in vec.source
     assert f"tdsl_{fdt}x" in vec.source               # converted as whole vectors
     np.testing.assert_array_equal(vec(x), scalar(x))
 

@@ -210,6 +210,15 @@ _TO_INT_SAT_VECTOR_LANES = """\
 # width)}, the intrinsics named by the narrow element's bits.
 _X86_CONVERT = {16: ("defined(__AVX512F__)", "__m512i", "_mm512"),
                 8: ("defined(__AVX512VL__)", "__m256i", "_mm256")}
+# Without AVX-512's vpmovdb / vpmovdw (AVX2, SSE2) the clamped i32 lanes are packed with
+# saturation, exact since the clamp left them in the type's range: packssdw to i16, then
+# packuswb / packsswb to u8 / i8 ({lanes: (guard, the i32 vector, its low and high 128-bit
+# halves)}, {type: the second pack}). gcc extracted each lane (vpextrd) and stored it byte
+# by byte: a QuantizeLinear of 200 k values to u8 took 101 us in x86-64-v3 code on Zen 4.
+_X86_PACK = {8: ("defined(__AVX__)", "__m256i", "_mm256_castsi256_si128(i)",
+                 "_mm256_extractf128_si256(i, 1)"),
+             4: ("defined(__SSE2__)", "__m128i", "i", "i")}
+_X86_PACK_LAST = {"u8": "_mm_packus_epi16", "i8": "_mm_packs_epi16", "i16": ""}
 _X86_WIDEN = {16: ("defined(__AVX512F__)", "_mm512"), 8: ("defined(__AVX2__)", "_mm256")}
 _WIDEN_VECTOR = """\
 {q} {vo} tdsl_widen_{vd}_{vod}({v} x) {{
@@ -666,13 +675,23 @@ class Helpers:
                       lo=_float_literal(lo, fs), top=_float_literal(top, fs))
         fields["narrow"] = ""
         bits = 8 * _SIZES[it]
+        branches = []
         if fs == "f32" and bits in (8, 16) and int(lanes) in _X86_CONVERT:
             guard, m, pre = _X86_CONVERT[int(lanes)]
             narrow = max(128, int(lanes) * bits)          # the narrowed vector's bits
-            fields["narrow"] = (
-                f"#if {guard}\n    {{ __m{narrow}i n = {pre}_cvtepi32_epi{bits}(({m})"
-                f"__builtin_convertvector(c, {fields['mv']})); {vi} r; "
-                f"memcpy(&r, &n, sizeof r); return r; }}\n#endif\n")
+            branches.append((guard, f"__m{narrow}i n = {pre}_cvtepi32_epi{bits}(({m})"
+                                    f"__builtin_convertvector(c, {fields['mv']}));"))
+        if fs == "f32" and it in _X86_PACK_LAST and int(lanes) in _X86_PACK:
+            guard, m, low, high = _X86_PACK[int(lanes)]
+            last = _X86_PACK_LAST[it]
+            branches.append((guard, f"{m} i = ({m})__builtin_convertvector(c, {fields['mv']}); "
+                                    f"__m128i n = _mm_packs_epi32({low}, {high});"
+                                    + (f" n = {last}(n, n);" if last else "")))
+        if branches:
+            fields["narrow"] = "".join(
+                f"#{'if' if k == 0 else 'elif'} {guard}\n    {{ {code} {vi} r; "
+                f"memcpy(&r, &n, sizeof r); return r; }}\n"
+                for k, (guard, code) in enumerate(branches)) + "#endif\n"
             self._x86_header()
         fields["clamp"] = self._sat_clamp(fs, int(lanes), lo, fields)
         body = (_TO_INT_SAT_VECTOR_WHOLE if top >= hi else _TO_INT_SAT_VECTOR_LANES)
