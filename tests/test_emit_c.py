@@ -717,3 +717,29 @@ op guarded(A: {ty}, B: {ty}) -> Y: {ty} {{
             continue
         np.testing.assert_array_equal(mod["prelu"].build(target)(a, b), np.where(a > 0, a, a * b))
         np.testing.assert_array_equal(mod["guarded"].build(target)(a, b), np.where(a > 0, b, 0))
+
+
+@needs_gcc
+@pytest.mark.parametrize("target", ["c", *_X86_LEVELS])
+def test_a_vector_read_only_through_a_conversion_is_declared(target):
+    """An i32 vector loaded only inside a conversion to f32, summed into a promoted f32
+    accumulator (an int8 ResNet-50's i32 sums requantized and pooled in one kernel, built
+    for x86-64-v3), still has its type and load helper declared: gcc refused the kernel."""
+    op = tdsl.loads("""
+op pool_i32(X: i32[N, CB, H, W, CI], S: f32[CB, CI]) -> Y: f32[N, CB, CI] {
+    R: f32[N, CB, CI]
+    R[n, cb, ci] = sum[h, w](f32(X[n, cb, h, w, ci]) * S[cb, ci])
+    Y[n, cb, ci] = R[n, cb, ci] / f32(H * W)
+}
+schedule pool_i32 for cpu {
+    nc = fuse(R.n, R.cb)
+    reorder(R.h, R.w, R.ci)
+    vectorize(R.ci)
+    parallel(nc)
+}""")["pool_i32"]
+    lanes = tdsl.as_target(target).lanes
+    x = rng.integers(-1000, 1000, (2, 3, 5, 7, lanes)).astype(np.int32)
+    s = rng.integers(-3, 4, (3, lanes)).astype(np.float32)   # sums exact in f32: any order
+    k = op.build(target=target, shapes=dict(N=2, CB=3, H=5, W=7, CI=lanes))
+    assert f"tdsl_load_i32x{lanes}(" in k.source
+    np.testing.assert_array_equal(k(x, s), op.reference(x, s))

@@ -51,13 +51,18 @@ class GnuVectors:
             return None
         return self.helpers.vector(scalar, lanes)
 
+    # each declares its vector type and helpers first: a vector read only by a conversion
+    # (an i32 sum's __builtin_convertvector to f32 in a fused epilogue) is declared nowhere else
     def vector_load(self, dtype: str, address: str) -> str:
+        self.vector_type(dtype)
         return f"tdsl_load_{dtype}({address})"
 
     def vector_store(self, dtype: str, address: str, value: str) -> str:
+        self.vector_type(dtype)
         return f"tdsl_store_{dtype}({address}, {value})"
 
     def broadcast(self, dtype: str, value: str) -> str:
+        self.vector_type(dtype)
         return f"tdsl_bcast_{dtype}({value})"
 
     def stack_elements(self, buf: Buffer, count: te.Const) -> int:
