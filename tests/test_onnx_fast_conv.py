@@ -5,13 +5,12 @@ op was):
 - QLinearConv, and the QDQ pattern DequantizeLinear -> Conv [-> Relu] -> QuantizeLinear,
   of constant weights as std qlinear_conv2d (u8 activations, symmetric i8 weights, no
   groups, multiples of 4 channels, one padding: `quantized._conv_u8`), else on x86 with
-  multiples of 4 channels and filters and no groups as std conv2d_i16 on the centred
-  integers in i16 (`quantized._conv_i16`), else as std conv2d / depthwise_conv2d on them in
-  f32 (`quantized._conv_f32_exact`), each with a requantizing epilogue: bit-exact with
-  onnxruntime over
-  u8/i8 inputs and weights, per-tensor and per-channel scales and zero points, strides,
-  dilations, asymmetric pads, depthwise groups, bias or none; past the f32-exact bound the
-  integer op is kept;
+  multiples of 4 filters and channels (or 3 padded to 4) and no groups as std conv2d_i16
+  on the centred integers in i16 (`quantized._conv_i16`), else as std conv2d /
+  depthwise_conv2d on them in f32 (`quantized._conv_f32_exact`), each with a requantizing
+  epilogue: bit-exact with onnxruntime over u8/i8 inputs and weights, per-tensor and
+  per-channel scales and zero points, strides, dilations, asymmetric pads, depthwise
+  groups, bias or none; past the f32-exact bound the integer op is kept;
 - Conv3d of constant weights as one std conv2d (`conv._conv3d_as_2d`): strides, dilations,
   asymmetric pads, batches, kernels of depth 1 and more, against ONNX's reference.
 """
@@ -121,8 +120,8 @@ def _route(p, inits) -> str:
             p["f"] % 4 == 0 and \
             len(set(p["pads"])) == 1:
         return "u8"
-    if HOST_I16_DOT and not (p["depthwise"] and p["c"] > 1) and p["c"] % 4 == 0 and \
-            p["f"] % 4 == 0:
+    if HOST_I16_DOT and not (p["depthwise"] and p["c"] > 1) and 3 * (-p["c"] % 4) <= p["c"] \
+            and p["f"] % 4 == 0:
         return "i16"
     return "f32" if _qconv_case(p)[3] else "integer"
 
@@ -135,6 +134,9 @@ def _route(p, inits) -> str:
 @example(dict(depthwise=False, c=4, f=8, k=[3, 3], s=2, d=2, pads=[1, 2, 0, 1], hw=[9, 8],
               xdt=np.uint8, wdt=np.uint8, per_channel=True, n=2, bias=True, relu=True,
               seed=6)).via("the i16 route on x86 (asymmetric weights: no u8 route)")
+@example(dict(depthwise=False, c=3, f=4, k=[3, 3], s=2, d=1, pads=[1, 1, 1, 1], hw=[9, 8],
+              xdt=np.uint8, wdt=np.uint8, per_channel=False, n=1, bias=True, relu=False,
+              seed=7)).via("the i16 route on an RGB image: channels padded to 4")
 def test_qlinear_conv_of_constant_weights_runs_as_std_conv2d_bit_exact(p):
     x, inits, attrs, _ = _qconv_case(p)
     ins = ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz"] + (["b"] if p["bias"] else [])

@@ -547,15 +547,18 @@ def _bound(q, weights) -> int:
     return q.x_max * int(np.abs(weights).reshape(q.f, -1).sum(axis=1).max())
 
 
-def _centred_input(cv, out, q, dtype) -> str:
+def _centred_input(cv, out, q, dtype, channels=None) -> str:
     """The input of `_exact_conv` ``q`` minus its zero point, in ``dtype`` (f32, i16), with
     the padding written as 0 (so the std op runs unpadded; no Winograd, whose transforms
-    round): a node ``out#xf`` (f32) or ``out#x16``."""
+    round), and as many channels past the input's as ``channels`` adds, 0 too: a node
+    ``out#xf`` (f32) or ``out#x16``."""
     xt, pads = q.xt, q.pads
     n, c, ih, iw = xt.shape
+    channels = channels or c
     hp, wp = ih + pads[0] + pads[2], iw + pads[1] + pads[3]
     subs = [f"h - {pads[0]}" if pads[0] else "h", f"w - {pads[1]}" if pads[1] else "w"]
-    conds = [cond for cond in (f"h >= {pads[0]}" if pads[0] else "",
+    conds = [cond for cond in (f"c < {c}" if channels > c else "",
+                               f"h >= {pads[0]}" if pads[0] else "",
                                f"h < {ih + pads[0]}" if pads[2] else "",
                                f"w >= {pads[1]}" if pads[1] else "",
                                f"w < {iw + pads[1]}" if pads[3] else "") if cond]
@@ -563,10 +566,10 @@ def _centred_input(cv, out, q, dtype) -> str:
     value = f"{dtype}(X[n, c, {', '.join(subs)}]) - {zero}"
     if conds:
         value = f"select({' and '.join(conds)}, {value}, {dtype}(0))"
-    text = (f"op {{name}}(X: {xt.type}) -> Y: {T.ty([n, c, hp, wp], dtype)} {{\n"
+    text = (f"op {{name}}(X: {xt.type}) -> Y: {T.ty([n, channels, hp, wp], dtype)} {{\n"
             f"    Y[n, c, h, w] = {value}\n}}\n")
     name = out + ("#xf" if dtype == "f32" else "#x16")
-    cv.call(name, cv.op("qconv_input", text), [xt], (n, c, hp, wp), dtype=dtype)
+    cv.call(name, cv.op("qconv_input", text), [xt], (n, channels, hp, wp), dtype=dtype)
     return name
 
 
@@ -614,14 +617,19 @@ def _conv_i16(cv, node, a, relu=False) -> bool:
     runs it blocked (``conv2d_nchwc_i16``: 2 x lanes products an instruction, twice the f32
     FMA's; x86-64-v3, 64 -> 64 channels 3x3 at 56x56: 1.42 ms against 2.13 for the f32
     route on Zen 4). False (nothing emitted) unless `_exact_conv` takes it, ungrouped, with
-    channels and filters multiples of 4 (the layout's blocks are then pairs)."""
+    filters a multiple of 4 and channels too (the layout's blocks are then pairs) or padded
+    to one with at least 3 of each 4 products real (an RGB image: 0 in the input and the
+    weights, as `_padded_channels` pads the u8 route's)."""
     q = _exact_conv(cv, node, a) if cv.i16_dot else None
-    if q is None or q.group != 1 or q.xt.shape[1] % 4 or q.f % 4:
+    if q is None or q.group != 1 or q.f % 4 or 3 * _groups_of_4(q.xt.shape[1]) > q.xt.shape[1]:
         return False
     q.relu = relu
     out = node.output[0]
-    x16 = _centred_input(cv, out, q, "i16")
-    cv.static[out + "#w16"] = q.wc.astype(np.int16)
+    c = q.xt.shape[1]
+    c4 = c + _groups_of_4(c)
+    x16 = _centred_input(cv, out, q, "i16", c4)
+    cv.static[out + "#w16"] = np.pad(q.wc, ((0, 0), (0, c4 - c), (0, 0), (0, 0))) \
+        .astype(np.int16)
     from .conv import _attrs
     cv.call(out + "#acc", "conv2d_i16", [cv.tensors[x16], cv.tensor(out + "#w16")], q.shape,
             _attrs(stride=q.stride, dilation=q.dilation), dtype="i32")
