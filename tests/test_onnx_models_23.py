@@ -50,14 +50,17 @@ def _qdq_graph(batch):
 
 def test_qdq_pattern_is_compiled_as_integer_ops():
     """Every DequantizeLinear -> Conv/Gemm -> QuantizeLinear is computed on the integers:
-    the Convs as std conv2d of the centred values (x - x_zp and w - w_zp, integers that f32
-    sums exactly here: `quantized._conv_f32_exact`) and a requantizing epilogue, the Gemm as
-    one i32 op on int8 weights; no float convolution of dequantized values or dense is left.
-    DequantizeLinear -> MaxPool / Flatten -> QuantizeLinear of one scale is the op on the
-    integers."""
+    the Convs on the centred values (x - x_zp and w - w_zp), on x86 as std conv2d_i16 (i16
+    values summed in i32: `quantized._conv_i16`), elsewhere as std conv2d (integers that f32
+    sums exactly here: `quantized._conv_f32_exact`), each with a requantizing epilogue, the
+    Gemm as one i32 op on int8 weights; no float convolution of dequantized values or dense
+    is left. DequantizeLinear -> MaxPool / Flatten -> QuantizeLinear of one scale is the op
+    on the integers."""
     _, text, params = _qdq_graph(2)
+    i16 = tdsl.Target("c").has_i16_dot         # the route convert_model takes for the host
     body = text[text.index("graph cnn_qdq"):]
-    assert body.count("= conv2d(") == 2 and body.count("= requantize_") == 2
+    assert body.count("= conv2d_i16(" if i16 else "= conv2d(") == 2
+    assert body.count("= requantize_") == 2
     assert body.count("= qconv_input_") == 2 and body.count("qdq_matmul_") == 1
     assert "qlinear_conv_" not in body and "dense(" not in body and "gemm" not in body
     # MaxPool and Flatten run on the int8 values: the one QuantizeLinear left is the
@@ -66,11 +69,13 @@ def test_qdq_pattern_is_compiled_as_integer_ops():
     assert "max_pool2d(" not in body
     model = onnx.load(str(MODELS / f"{QDQ}.onnx"))
     inits = {i.name: onnx.numpy_helper.to_array(i) for i in model.graph.initializer}
-    convs = [v for k, v in params.items() if k.endswith("_wf")]
-    assert len(convs) == 2 and all(v.dtype == np.float32 and np.all(v == np.round(v))
-                                   for v in convs)
+    convs = [v for k, v in params.items() if k.endswith("_w16" if i16 else "_wf")]
+    assert len(convs) == 2 and all(v.dtype == (np.int16 if i16 else np.float32) and
+                                   np.all(v == np.round(v)) for v in convs)
+    shapes = [v.shape for k, v in inits.items() if "weight_quantized" in k and v.ndim == 4]
+    # the i16 route pads an RGB image's 3 channels to 4 (zero weights)
     assert sorted(v.shape for v in convs) == sorted(
-        v.shape for k, v in inits.items() if "weight_quantized" in k and v.ndim == 4)
+        (f, c + (-c % 4 if i16 else 0), kh, kw) for f, c, kh, kw in shapes)
     dense = [v for k, v in params.items() if "weight_quantized" in k]
     assert len(dense) == 1 and dense[0].dtype == np.int8
 

@@ -26,6 +26,14 @@ def ort_output(model, x):
     return sess.run(None, {model.graph.input[0].name: x})[0]
 
 
+def _runs(target: str) -> bool:
+    import tdsl
+    try:
+        return tdsl.Target(target).unrunnable_reason() is None
+    except tdsl.TdslError:                      # not an x86-64 gcc
+        return False
+
+
 def check(model, atol, exact=False):
     shape = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
     x = np.random.default_rng(3).standard_normal(shape).astype(np.float32)
@@ -66,26 +74,36 @@ def test_int8_resnet_block_is_qdq_and_bit_exact_with_onnxruntime():
     check(q, atol=0, exact=True)
 
 
-def test_int8_resnet_stem_runs_blocked_on_u8_and_bit_exact_with_onnxruntime():
+# the host, and on x86 AVX2 code (no int8 dot product: the i16 route) where the host runs it
+STEM_TARGETS = ["c"] + (["c -march=x86-64-v3"] if shutil.which("gcc") and
+                        _runs("c -march=x86-64-v3") else [])
+
+
+@pytest.mark.parametrize("target", STEM_TARGETS)
+def test_int8_resnet_stem_runs_blocked_and_bit_exact_with_onnxruntime(target):
     """The quantized stem (7x7/2 conv of an RGB image, batch norm, ReLU, 3x3/2 max pool):
-    its requantization (scales per channel) and batch norm are the convolution's epilogue on
-    blocked values, the pool runs on blocked u8 values (max_pool2d_nchwc_u8), with no layout
-    change between the image's and the output's; with an int8 dot product the stem is the
-    u8 convolution, its 3 channels padded to 4."""
+    its requantization (scales per channel) and batch norm run on blocked values, the pool
+    on blocked u8 values (max_pool2d_nchwc_u8), with no layout change between the image's
+    and the output's; with an int8 dot product the stem is the u8 convolution with them as
+    its epilogue, its 3 channels padded to 4, on other x86 CPUs the i16 one, likewise
+    padded."""
     import tdsl
     from tdsl.onnx_import import convert_model
     # 7-bit weights: onnxruntime's own answer is the exact one on an AVX2 host too
     q = onnx_models.quantize_qdq(onnx_models.resnet_stem(), reduce_range=True)
-    check(q, atol=0, exact=True)
-    text, params = convert_model(q, "net")
+    text, params = convert_model(q, "net", target=target)
     x = np.random.default_rng(3).standard_normal((1, 3, 32, 32)).astype(np.float32)
-    kernels = [f.ops for f in tdsl.loads(text)["net"].build(params=params).compiled(x)
-               .functions]
+    built = tdsl.loads(text)["net"].build(target, params=params)
+    np.testing.assert_array_equal(built(x), ort_output(q, x))
+    kernels = [f.ops for f in built.compiled(x).functions]
     layouts = [op for ops in kernels for op in ops if op.startswith(("to_nchwc", "from_nchwc"))]
-    assert len(layouts) == 2 and kernels[-1] == ("from_nchwc",), kernels
+    assert len(layouts) == 2 and kernels[-1][-1] == "from_nchwc", kernels
     assert ("max_pool2d_nchwc_u8",) in kernels
-    if tdsl.target.as_target("c").has_int8_dot:
+    t = tdsl.Target(target)
+    if t.has_int8_dot:
         assert kernels[1][0] == "qlinear_conv2d_nchwc" and "scale_shift_nchwc" in kernels[1]
+    elif t.has_i16_dot:
+        assert kernels[1] == ("conv2d_nchwc_i16",) and "scale_shift_nchwc" in kernels[2]
 
 
 @pytest.mark.slow

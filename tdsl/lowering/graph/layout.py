@@ -21,6 +21,9 @@ program order:
   u8 activations blocked as f32's are, or by 64 (``TILE_BLOCK``) where the target sums int8
   products in AMX tiles and its channels and filters are multiples of 64 (weights through
   ``pack_qconv_weights``);
+- a standard ``conv2d_i16`` (an int8 convolution's centred values on x86 without VNNI) to
+  ``conv2d_nchwc_i16`` on i16 activations blocked as f32's are (an even block: the i16 dot
+  product's pairs), its i32 sums blocked too (weights through ``pack_conv_weights_i16``);
 - ops on a blocked value that have a blocked form: ``bias_add``, ``batch_norm`` and
   ``scale_shift`` (their per-channel vectors through ``pack_channels``), elementwise ops
   (any op whose every input is read at the output's own indices, re-instantiated at rank
@@ -427,13 +430,13 @@ class _Rewriter:
         if len(shape) != 4 or not readers or out in self.graph.outputs:
             return None
         block = self._channel_block(shape[1])
-        conv_readers = [r for r in readers if any(self._is_std(r, op) for op in _BLOCKING)]
+        conv_readers = [r for r in readers if self._is_conv(r)]
         if conv_readers and all(self._is_std(r, "qlinear_conv2d") and self._on_tiles(r)
                                 for r in conv_readers):
             block = TILE_BLOCK          # what they take on tiles
         convs = 0
         for r in readers:
-            if r in conv_readers:
+            if self._is_conv(r):
                 if r.inputs[0] != out or out in r.inputs[1:] or block is None or \
                         block % _BLOCKING[r.op]:
                     return None
@@ -459,6 +462,10 @@ class _Rewriter:
 
     def _is_std(self, node: Node, name: str) -> bool:
         return node.op == name and node.opdef is self.std(name)
+
+    def _is_conv(self, node: Node) -> bool:
+        """A std convolution that blocks its input (`_BLOCKING`)."""
+        return any(self._is_std(node, op) for op in _BLOCKING)
 
     def _shape(self, v: str) -> tuple[int, ...]:
         """The shape of a value of the rewritten graph."""
