@@ -155,9 +155,9 @@ def simd_expressible(e: te.Expr, has_vector_type) -> bool:
     The set is what GNU vector types do natively and what a register tile needs: contiguous
     loads, broadcasts, ``+ - *`` (and ``/`` on floats), negation, float and integer
     ``min``/``max`` (a compare-and-blend helper), f32 ``exp`` and ``round``, float
-    ``sqrt``/``rsqrt``, the dot products ``dot4_u8i8`` and ``dot2_i16`` and numeric casts (vector helpers,
-    ``__builtin_convertvector``), selects with one condition for all lanes (a C conditional
-    between two vectors), and vector variables.
+    ``sqrt``/``rsqrt``, the dot products ``dot4_u8i8`` and ``dot2_i16`` and numeric casts
+    (vector helpers, ``__builtin_convertvector``), selects with one condition for all lanes
+    (a C conditional between two vectors), and vector variables.
     ``has_vector_type(dtype)`` says whether the language spells that vector type.
     """
     if lanes_of(e) == 1:

@@ -54,7 +54,8 @@ _MATH = {
     "fmod": np.fmod,
     **BITWISE,
     "requantize": multiply_by_quantized_multiplier,
-    # vectorize.py's int8 dot product: lane j adds the four products a[k] * b[4 j + k]
+    # vectorize.py's dot products: lane j adds the G products a[k] * b[G j + k], G = 4 for
+    # u8 x i8, 2 for i16 x i16
     "dot4_u8i8": lambda acc, a, b: acc + b.astype(np.int32).reshape(-1, 4) @ a.astype(np.int32),
     "dot2_i16": lambda acc, a, b: acc + b.astype(np.int32).reshape(-1, 2) @ a.astype(np.int32),
 }
