@@ -132,6 +132,22 @@ def test_blocked_i16_convolution_is_exact(target, p):
     np.testing.assert_array_equal(kernel(blocked(x, p["ci"]), wp), blocked(want, p["fi"]))
 
 
+def test_the_interpreter_runs_the_i16_dot_product():
+    """The lowered conv2d_nchwc_i16 (its dot2_i16 intrinsics) run by the loop interpreter
+    gives numpy's sums: the semantics the C helper is checked against."""
+    from tdsl.lowering import interp
+    rng = np.random.default_rng(9)
+    x = rng.integers(-255, 256, (1, 8, 3, 7)).astype(np.int16)
+    w = rng.integers(-255, 256, (8, 8, 3, 3)).astype(np.int16)
+    wp = STD["pack_conv_weights_i16"].build(in_block=8, out_block=8)(w)
+    func = STD["conv2d_nchwc_i16"].lower(
+        shapes=dict(N=1, CB=1, IH=3, IW=7, CI=8, FB=1, KH=3, KW=3, CQ=4, FI=8),
+        target="c -march=x86-64-v3")
+    assert "dot2_i16(" in str(func)
+    (got,) = interp.run(func, [blocked(x, 8), wp])
+    np.testing.assert_array_equal(got, blocked(conv2d_i16(x, w), 8))
+
+
 @pytest.mark.skipif(not X86 or shutil.which("objdump") is None, reason="x86 and objdump")
 @pytest.mark.parametrize("march, instruction", [("x86-64-v3", "vpmaddwd"),
                                                 ("icelake-server", "vpdpwssd")])
