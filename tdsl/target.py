@@ -107,8 +107,10 @@ class Target(metaclass=_ParsedFromString):
     def has_i16_dot(self) -> bool:
         """Whether the CPU multiplies pairs of i16 and adds each pair's products in an i32
         lane in one instruction, which `emit_c.helpers`' dot2_i16 uses: x86's pmaddwd
-        (SSE2 on; vpdpwssd with AVX-512 VNNI), 2 x lanes products an instruction."""
-        return self.kind in ("c", "c-embedded") and "__SSE2__" in self.isa
+        (SSE2 on; vpdpwssd with AVX-512 VNNI), 2 x lanes products an instruction. The host C
+        kind only: its graphs run the i16 convolutions blocked (the layout pass), as the
+        pairs need."""
+        return self.kind == "c" and "__SSE2__" in self.isa
 
     @property
     def is_gpu(self) -> bool:

@@ -235,7 +235,8 @@ def test_qlinear_conv_past_the_split_bound_keeps_the_integer_op():
 def test_qlinear_conv_past_the_f32_bound_takes_the_i16_route_exactly():
     """The i16 route sums in i32 too: 260 channels of u8 weights at their extremes, zero
     point 100 (so no u8 route), 4 filters, built for the host and for AVX2 code with the
-    blocked layout (conv2d_nchwc_i16, the dot product), bit-exact with onnxruntime."""
+    blocked layout (conv2d_nchwc_i16, the dot product) and without it (conv2d_i16's own
+    register tile), bit-exact with onnxruntime."""
     rng = np.random.default_rng(3)
     c = 260
     w = np.where(rng.random((4, c, 3, 3)) < 0.5, 255, 0).astype(np.uint8)
@@ -257,6 +258,9 @@ def test_qlinear_conv_past_the_f32_bound_takes_the_i16_route_exactly():
     np.testing.assert_array_equal(built(x), want)
     assert any(f.fn.name == "conv2d_nchwc_i16" for f in built.compiled(x).functions)
     assert "tdsl_dot2_i16" in "".join(k.source for k in built.compiled(x).kernels)
+    plain = tdsl.loads(text)["net"].build(avx2, params=params, layout=False)
+    np.testing.assert_array_equal(plain(x), want)
+    assert any("conv2d_i16" in f.ops for f in plain.compiled(x).functions)
 
 
 @pytest.mark.skipif(not HOST_INT8_DOT, reason="this CPU has no int8 dot product (VNNI)")

@@ -41,6 +41,7 @@ TEMPLATED = {
                                {}),
     "qlinear_conv2d_nchwc": ({"N": 1, "CB": 2, "IH": 7, "IW": 11, "CI": 8, "FB": 3, "KH": 3,
                               "KW": 3, "CQ": 2, "FI": 16}, {"padding": 1, "x_zp": 5}),
+    "conv2d_i16": ({"N": 1, "C": 3, "IH": 7, "IW": 13, "F": 19, "KH": 3, "KW": 3}, {}),
     "conv2d_nchwc_i16": ({"N": 1, "CB": 2, "IH": 9, "IW": 13, "CI": 8, "FB": 3, "KH": 3,
                           "KW": 3, "CQ": 4, "FI": 16}, {"stride": 1}),
     "softmax": ({"N": 3, "D": 37}, {}),
