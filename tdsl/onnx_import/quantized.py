@@ -489,8 +489,9 @@ def _static_scalar(cv, name, dtypes):
 _SPLIT_WEIGHTS = 16
 
 
-def _exact_conv(cv, node, a):
-    """The constants of a QLinearConv that `_conv_i16` and `_conv_f32_exact` can take, or
+def _exact_conv(cv, node, a, relu):
+    """The constants of a QLinearConv that `_conv_i16` and `_conv_f32_exact` can take (with
+    ``relu``, the QDQ pattern's Relu, for `_requantize_sums`), or
     None: 2-D, constant weights, scales and zero points (the weights' per tensor or per
     output channel), a constant bias, one stride and one dilation for both axes, a plain
     or depthwise grouping, a sum within i32. ``wc``: the centred weights (i64)."""
@@ -530,7 +531,7 @@ def _exact_conv(cv, node, a):
     lo_x, hi_x = RANGES[xt.dtype]
     wc = w.astype(np.int64) - wz.astype(np.int64).reshape(-1, 1, 1, 1)
     q = SimpleNamespace(xt=xt, xs=xs, ys=ys, xz=xz, yz=yz, ws=ws, wc=wc, bias=bias, f=f,
-                        group=group, stride=strides[0], dilation=dil[0], pads=pads,
+                        relu=relu, group=group, stride=strides[0], dilation=dil[0], pads=pads,
                         x_max=max(hi_x - int(xz), int(xz) - lo_x),
                         bias_max=int(np.abs(bias.astype(np.int64)).max(initial=0)))
     hp, wp = ih + pads[0] + pads[2], iw + pads[1] + pads[3]
@@ -620,10 +621,9 @@ def _conv_i16(cv, node, a, relu=False) -> bool:
     filters a multiple of 4 and channels too (the layout's blocks are then pairs) or padded
     to one with at least 3 of each 4 products real (an RGB image: 0 in the input and the
     weights, as `_padded_channels` pads the u8 route's)."""
-    q = _exact_conv(cv, node, a) if cv.i16_dot else None
+    q = _exact_conv(cv, node, a, relu) if cv.i16_dot else None
     if q is None or q.group != 1 or q.f % 4 or 3 * _groups_of_4(q.xt.shape[1]) > q.xt.shape[1]:
         return False
-    q.relu = relu
     out = node.output[0]
     c = q.xt.shape[1]
     c4 = c + _groups_of_4(c)
@@ -644,10 +644,9 @@ def _conv_f32_exact(cv, node, a, relu=False) -> bool:
     ``f32(w - w_zp)`` are computed now (in two digits past the bound,
     `_SPLIT_WEIGHTS`), and `_requantize_sums` adds the bias and requantizes. False
     (nothing emitted) where `_exact_conv` does not take it or past the bound in two digits."""
-    q = _exact_conv(cv, node, a)
+    q = _exact_conv(cv, node, a, relu)
     if q is None:
         return False
-    q.relu = relu
     parts = ((1, q.wc),)
     if _bound(q, q.wc) + q.bias_max > _F32_EXACT:
         # past the bound, the weights in two digits of base 16 (`_SPLIT_WEIGHTS`): int8's
