@@ -40,7 +40,7 @@ DEFAULT_L2 = 512 * 1024         # bytes: a per-core L2 of that class (Zen 3, Cor
 _ISA_MACROS = ("__SSE", "__AVX", "__FMA", "__BMI", "__F16C", "__POPCNT", "__LZCNT", "__MOVBE",
                "__ADX", "__AES", "__PCLMUL", "__SHA", "__GFNI", "__VAES", "__VPCLMUL", "__AMX",
                "__ARM_NEON", "__ARM_FEATURE_SVE", "__ARM_FEATURE_MVE", "__ARM_FEATURE_MATMUL_INT8",
-               "__riscv_vector")
+               "__ARM_FEATURE_DOTPROD", "__riscv_vector")
 
 # Cross compilers by the architecture a -march/-mcpu names (Debian's package names).
 _CROSS = (("armv8", "aarch64-linux-gnu-gcc"), ("armv9", "aarch64-linux-gnu-gcc"),
@@ -99,9 +99,11 @@ class Target(metaclass=_ParsedFromString):
     def has_int8_dot(self) -> bool:
         """Whether the CPU has an integer dot-product instruction that the int8 dot
         product (`emit_c.helpers`' dot4_u8i8) uses: vpdpbusd (AVX-512 VNNI, AVX-VNNI),
-        usdot (Arm's I8MM)."""
+        usdot (Arm's I8MM), sdot (Armv8.2's dot product, with a correction for the
+        unsigned activations)."""
         return self.kind in ("c", "c-embedded") and \
-            bool({"__AVX512VNNI__", "__AVXVNNI__", "__ARM_FEATURE_MATMUL_INT8"} & self.isa)
+            bool({"__AVX512VNNI__", "__AVXVNNI__", "__ARM_FEATURE_MATMUL_INT8",
+                  "__ARM_FEATURE_DOTPROD"} & self.isa)
 
     @property
     def has_i16_dot(self) -> bool:

@@ -11,6 +11,8 @@ beyond a core five run under ``-m slow``.
 """
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -162,12 +164,17 @@ def test_tdsl_test_property_tests_an_embedded_target(capsys):
 
 # --------------------------------------------------------------------------- issue 26
 
-@pytest.mark.parametrize("spec", ["c -march=armv8.6-a+i8mm", "c -march=armv8-a"])
-def test_int8_convolution_on_arm_uses_usdot_where_the_isa_has_it(spec):
+@pytest.mark.parametrize("spec,instruction", [("c -march=armv8.6-a+i8mm", "usdot"),
+                                              ("c -march=armv8.2-a+dotprod", "sdot"),
+                                              ("c -march=armv8-a", None)])
+def test_int8_convolution_on_arm_uses_its_dot_product_where_the_isa_has_one(spec,
+                                                                            instruction):
     """std qlinear_conv2d_nchwc built for Arm and run under qemu-aarch64, bit-exact with
     MLAS's arithmetic (tests/numpy_ref.py): with I8MM (Armv8.6) the dot product of four u8
-    activations and four i8 weights per lane is one usdot, the target counts as having an
-    int8 dot product (QLinearConv imports to it); plain Armv8 keeps the lane loop."""
+    activations and four i8 weights per lane is one usdot; with Armv8.2's dot product it is
+    sdot of the activations less 128 and a correction of 128 times the weights' sum. Either
+    way the target counts as having an int8 dot product (QLinearConv imports to it); plain
+    Armv8 keeps the lane loop. The activations span 0-255, both sides of 128."""
     import subprocess
     from numpy_ref import qlinear_conv2d as reference
     from test_int8_dot import _data, blocked
@@ -192,6 +199,6 @@ def test_int8_convolution_on_arm_uses_usdot_where_the_isa_has_it(spec):
     asm = subprocess.run([target.compiler, *target.flags, "-S", "-x", "c", "-", "-o", "-"],
                          input=emit_c(func, target=target).source, capture_output=True,
                          text=True, check=True).stdout
-    i8mm = "i8mm" in spec
-    assert target.has_int8_dot == i8mm
-    assert ("usdot" in asm) == i8mm
+    assert target.has_int8_dot == (instruction is not None)
+    used = set(re.findall(r"\b(usdot|sdot)\b", asm))
+    assert used == ({instruction} if instruction else set())

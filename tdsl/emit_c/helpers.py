@@ -235,10 +235,9 @@ _ROUND_VECTOR = """\
 
 # The int8 dot product (vectorize.py's dot4_u8i8): lane j of the result is acc[j] plus the
 # four products a[k] * b[4 j + k] of unsigned a and signed b, exact in i32. Where the target
-# has VNNI that is one vpdpbusd, with Arm's I8MM one usdot (the preprocessor reads the
-# -march flags: the target's features choose, no runtime dispatch); elsewhere a lane loop
-# gcc vectorizes. (Armv8.2's sdot multiplies two signed vectors: u8 activations would need
-# a correction term.) AVX2 without
+# has VNNI that is one vpdpbusd, with Arm's I8MM one usdot, with Armv8.2's dot product
+# (signed by signed) two sdots (the preprocessor reads the -march flags: the target's
+# features choose, no runtime dispatch); elsewhere a lane loop gcc vectorizes. AVX2 without
 # VNNI has vpmaddubsw, but it saturates the sum of two products to i16 (255 * 127 * 2 >
 # 32767), so it is not used: the results stay bit-exact on every target.
 _DOT4_U8I8 = """\
@@ -802,6 +801,16 @@ class Helpers:
                           "    { uint32_t a4; memcpy(&a4, &a, 4); "
                           f"return ({v})vusdotq_s32((int32x4_t)acc, "
                           "vreinterpretq_u8_u32(vdupq_n_u32(a4)), (int8x16_t)b); }\n"))
+            # Armv8.2's sdot multiplies signed by signed. a ^ 0x80 is a - 128 as an i8, and
+            # sum(a b) = sum((a - 128) b) + 128 sum(b), exact in i32; the second sdot gives
+            # -128 sum(b), which depends on b alone, so gcc shares it between the products
+            # of a register tile that use one weight vector.
+            paths.append(("defined(__ARM_FEATURE_DOTPROD)",
+                          "    { uint32_t a4; memcpy(&a4, &a, 4); int8x16_t w = (int8x16_t)b; "
+                          "int32x4_t r = vdotq_s32((int32x4_t)acc, "
+                          "vreinterpretq_s8_u32(vdupq_n_u32(a4 ^ 0x80808080u)), w); "
+                          f"return ({v})vsubq_s32(r, "
+                          "vdotq_s32(vdupq_n_s32(0), vdupq_n_s8(-128), w)); }\n"))
             self._add("arm_intrinsics",
                       "#if defined(__ARM_NEON)\n#include <arm_neon.h>\n#endif")
         fast = "".join(f"#{'if' if k == 0 else 'elif'} {guard}\n{stmt}"
