@@ -182,10 +182,10 @@ def anchor_flops(compiled, f) -> int:
     convolution's as the direct 3x3 sum it replaces; 0 where it cannot be counted."""
     from .tuner.task import flop_count
     node = f.anchor
-    if node.op.startswith(WINOGRAD):      # U: [4, 4, CB, CI, FB, FI]; 3x3 taps
+    if node.op.startswith(WINOGRAD):      # x: [N, CB, H, W, CI]; 3x3 taps
         out = math.prod(compiled.ir.shape_of(node.outputs[0], compiled.sizes))
-        w = compiled.ir.shape_of(node.inputs[1], compiled.sizes)
-        return int(2 * out * w[2] * w[3] * 9)
+        x = compiled.ir.shape_of(node.inputs[0], compiled.sizes)
+        return int(2 * out * x[1] * x[4] * 9)
     try:
         return flop_count(node.fn, dict(f.anchor_sizes))
     except (KeyError, TdslError):

@@ -350,9 +350,15 @@ def _winograd_weights(w, g, in_block, out_block):
     return _out(u.reshape(a, a, cb, in_block, fb, out_block))
 
 
+def _filters_outer(u):
+    """[a, a, CB, CI, FB, FI] -> [a, a, FB, CB, CI, FI] (F(2x2)'s layout)."""
+    return np.ascontiguousarray(np.asarray(u).transpose(0, 1, 4, 2, 3, 5))
+
+
 def _winograd_conv(x, u, bt, at):
     """3x3, padding 1, stride 1: each m x m output tile is At [U (.) (Bt d B)] A summed over
-    the input channels, d the tile's a x a input window (At is m x a)."""
+    the input channels, d the tile's a x a input window (At is m x a); U as
+    `_winograd_weights` makes it."""
     m, a = at.shape
     n, cb, h, w_, ci = np.shape(x)
     (xx, uu) = _f64(from_nchwc(x), u)
@@ -372,11 +378,12 @@ def _winograd_conv(x, u, bt, at):
 
 
 def winograd_weights(w, in_block, out_block):
-    return _winograd_weights(w, _G, in_block, out_block)
+    return _filters_outer(_winograd_weights(w, _G, in_block, out_block))
 
 
 def conv2d_winograd_nchwc(x, u):
-    return _winograd_conv(x, u, _BT, _AT)
+    # U [4, 4, FB, CB, CI, FI] back to [4, 4, CB, CI, FB, FI]
+    return _winograd_conv(x, np.asarray(u).transpose(0, 1, 3, 4, 2, 5), _BT, _AT)
 
 
 # F(4x4, 3x3), the points 0, 1, -1, 2, -2 and infinity

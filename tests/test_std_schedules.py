@@ -260,7 +260,7 @@ def test_winograd_products_per_row_of_tiles_or_for_all_tiles_match_numpy(whole, 
     rng = np.random.default_rng(h + whole)
     cb, fb = 2, 3
     x = rng.standard_normal((1, cb, h, w, LANES), dtype=np.float32)
-    u = rng.standard_normal((4, 4, cb, LANES, fb, LANES), dtype=np.float32)
+    u = rng.standard_normal((4, 4, fb, cb, LANES, LANES), dtype=np.float32)   # [.., FB, CB, CI, FI]
     got = op.build(shapes=op.sizes_of(x, u), config={"whole": whole})(x, u)
     np.testing.assert_allclose(got, ref.conv2d_winograd_nchwc(x, u), rtol=1e-4, atol=1e-3)
     defaults = {hw: op.schedule(shapes=dict(N=1, CB=256 // LANES, CI=LANES, H=hw, W=hw,

@@ -142,8 +142,11 @@ def test_the_rule_takes_f4_from_28_within_the_weight_limit():
     assert layout.winograd_tiles((27, 56), 64, 64) == 2        # below 28: F(2x2)
     assert layout.winograd_tiles((14, 14), 256, 256) == 2      # 9.4 MiB for F(4x4)
     assert layout.winograd_tiles((56, 56), 256, 256) == 2
-    assert layout.winograd_tiles((7, 7), 512, 512) is None
-    assert layout.winograd_tiles((14, 14), 512, 512) is None
+    assert layout.winograd_tiles((14, 14), 512, 512) == 2       # 16 MiB for F(2x2)
+    assert layout.winograd_tiles((7, 7), 512, 512) == 2         # 7 x 7 from 512 channels
+    assert layout.winograd_tiles((7, 7), 256, 256) is None
+    assert layout.winograd_tiles((6, 6), 512, 512) is None
+    assert layout.winograd_tiles((7, 7), 1024, 512) is None     # 32 MiB
 
 
 @pytest.mark.parametrize("block", BLOCKS)

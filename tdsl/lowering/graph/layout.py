@@ -55,12 +55,22 @@ from .patterns import Pattern, classify, reads_elementwise
 # Where Winograd's F(2x2, 3x3) pays over the direct sum, measured at one image on AVX-512
 # (conv2d_winograd_nchwc's default schedule against conv2d_nchwc's, C -> C channels x size):
 # 1.3-1.95x from 16 x 32 x 32 and 32 x 16 x 16 to 128 x 28 x 28 and 256 x 14 x 14, 1.5x at
-# 128 x 8 x 8; 0.67x at 64 x 7 x 7 (4 x 4 tiles for 49 outputs, 30% of the work thrown away)
-# and 0.78x at 512 x 14 x 14, 0.18x at 512 x 7 x 7, whose 16 MiB of transformed weights are
-# read again for each row of tiles (4 MiB at 256 channels).
-# On a Zen 5 host running x86-64-v3 (AVX2) code, 2026-12-03, inside ResNet-50: its two
-# 512 x 7 x 7 layers by Winograd (the size and weight limits lifted) took 1.43-1.6 ms each
-# against 1.2-1.25 for the direct sum, so the limits hold on AVX2 as well.
+# 128 x 8 x 8; 0.67x at 64 x 7 x 7 (4 x 4 tiles for 49 outputs, 30% of the work thrown away).
+# With 512 channels it lost 0.78x at 512 x 14 x 14 before the products of all tiles were
+# made at once (the schedule's knob whole; with it 1.9x, session 28) and 0.78x at 512 x 7
+# x 7 still (2.70 ms against 2.11) while the transformed weights had the channels
+# outermost: a block of filters was 256 bytes of each 2 KiB row, a stride the prefetchers
+# did not follow. With the filter blocks outermost
+# (`winograd_weights`, session 28, Zen 4, one thread, the weights out of cache, ms):
+#       layer          direct   F(2x2)       x86-64-v3: direct   F(2x2)
+#       512 x 7 x 7     2.13    1.65-1.75               2.46       1.61
+#       512 x 14 x 14   8.35    4.27                    8.83       5.32
+#       256 x 7 x 7     0.60    0.67
+#       128 x 7 x 7     0.18    0.22
+# so at 7 x 7 only from 512 -> 512 channels (WINOGRAD_WIDE), where the products outweigh
+# the transforms; 1024 channels (64 MiB) were not measured and keep the direct sum. In
+# ResNet-50 (AVX-512, one thread, rounds interleaved): 63.3-64.1 -> 60.4-61.5 ms, its
+# 256 x 14 x 14 layers 1.15-1.43 -> 1.0-1.1 ms each by the layout.
 # F(4x4, 3x3) (conv2d_winograd4_nchwc: 36 products per 16 outputs, 4x fewer multiplications
 # than the direct sum, 1.78x fewer than F(2x2)) against F(2x2) and the direct sum, each
 # op's default schedule, C -> C channels x size, one image, one thread on AVX-512, the best
@@ -82,10 +92,13 @@ from .patterns import Pattern, classify, reads_elementwise
 # tiles, up to 44% of them past the image at 10 x 10) cost what the products save. So
 # F(4x4) from 28 rows and columns and within F(2x2)'s weight limit (36 * C * F floats:
 # 128 -> 128 channels is 2.25 MiB), F(2x2) from 8 within its limit, the direct sum below
-# and above (512 x 7 x 7).
+# and above. (The 512 x 7 x 7 row was measured with the channels-outermost layout.)
 WINOGRAD_MIN_SIZE = 8                   # output rows and columns
+WINOGRAD_WIDE_MIN_SIZE = 7              # F(2x2) with WINOGRAD_WIDE channels x filters
+WINOGRAD_WIDE = 512 * 512
 WINOGRAD4_MIN_SIZE = 28
-WINOGRAD_MAX_WEIGHT_BYTES = 4 << 20     # the transformed weights, 16 (36) * C * F floats
+WINOGRAD4_MAX_WEIGHT_BYTES = 4 << 20    # the transformed weights, 36 * C * F floats
+WINOGRAD_MAX_WEIGHT_BYTES = 16 << 20    # and F(2x2)'s, 16 * C * F floats (512 -> 512)
 
 # int8 activations' channel block where the target sums int8 products in AMX tiles: a
 # tile's row is 64 bytes, the 64 channels of one pixel (`qlinear_conv2d_nchwc`'s tiles)
@@ -124,9 +137,12 @@ def winograd_tiles(size: tuple[int, int], channels: int, filters: int) -> int | 
     """The output tile of the Winograd algorithm for a 3x3, stride-1, padding-1
     convolution of this output ``size`` (rows, columns) and channels: 4 for F(4x4, 3x3), 2
     for F(2x2, 3x3), None for the direct sum (the table above)."""
-    for tile, min_size, products in ((4, WINOGRAD4_MIN_SIZE, 36), (2, WINOGRAD_MIN_SIZE, 16)):
-        if min(size) >= min_size and products * channels * filters * 4 <= \
-                WINOGRAD_MAX_WEIGHT_BYTES:
+    wide = channels * filters >= WINOGRAD_WIDE
+    for tile, min_size, products, max_bytes in (
+            (4, WINOGRAD4_MIN_SIZE, 36, WINOGRAD4_MAX_WEIGHT_BYTES),
+            (2, WINOGRAD_WIDE_MIN_SIZE if wide else WINOGRAD_MIN_SIZE, 16,
+             WINOGRAD_MAX_WEIGHT_BYTES)):
+        if min(size) >= min_size and products * channels * filters * 4 <= max_bytes:
             return tile
     return None
 
