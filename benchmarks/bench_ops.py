@@ -129,9 +129,10 @@ def cases(target):
                (lambda tx=_t(x), tw=_t(w): torch.nn.functional.conv2d(tx, tw, padding=1))
                if torch else None)
     # the same layers as the graph runs them: blocked activations, Winograd's F(2x2, 3x3) on
-    # weights transformed at build time (its rate: the direct sum's flops over its time)
+    # weights transformed at build time (its rate: the direct sum's flops over its time);
+    # 512 x 7 x 7 is ResNet-50's last stage, the smallest size the graph gives Winograd
     lanes = target.lanes
-    for c, hw in ((64, 56), (128, 28), (256, 14)):
+    for c, hw in ((64, 56), (128, 28), (256, 14), (512, 7)):
         x, w = rand(1, c, hw, hw), rand(c, c, 3, 3)
         xb = std["to_nchwc"].reference(x, block=lanes)
         u = std["winograd_weights"].reference(w, in_block=lanes, out_block=lanes)
