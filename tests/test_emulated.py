@@ -202,3 +202,39 @@ def test_int8_convolution_on_arm_uses_its_dot_product_where_the_isa_has_one(spec
     assert target.has_int8_dot == (instruction is not None)
     used = set(re.findall(r"\b(usdot|sdot)\b", asm))
     assert used == ({instruction} if instruction else set())
+
+
+# a q register stored to or loaded from the stack: a spill of the register tile
+_Q_STACK = re.compile(r"\b(?:str|ldr)\s+q\d+, \[sp|\b(?:stp|ldp)\s+q\d+, q\d+, \[sp")
+
+
+@pytest.mark.parametrize("spec", ["c -march=armv8.2-a+dotprod", "c -march=armv8.6-a+i8mm"])
+def test_int8_convolution_tile_on_arm_stays_in_registers(spec):
+    """AArch64 has no broadcast operand, so each column of qlinear_conv2d_nchwc's register
+    tile takes a register for its four bytes (and sdot one per weight vector for its
+    correction): the 4 x 7 tile that 32 AVX-512 registers hold spilled there. The default
+    tile for 32 registers of 4 lanes keeps everything in registers (aarch64 gcc -S: no q
+    register to or from the stack), where 4 x 7 does not."""
+    import subprocess
+    from tdsl.emit_c.c import emit_c
+    try:
+        target = tdsl.Target(spec)
+    except tdsl.TdslError as exc:
+        pytest.skip(str(exc))
+    why = missing_tool(target)
+    if why:
+        pytest.skip(why)
+    op = tdsl.load("std")["qlinear_conv2d_nchwc"]
+    sizes = dict(N=1, CB=16, IH=14, IW=14, CI=4, FB=16, KH=3, KW=3, CQ=1, FI=4)
+    attrs = dict(stride=1, padding=1, dilation=1, x_zp=3, y_zp=2)
+    default = op.schedule(target=target, shapes=sizes, stride=1, padding=1).knob_values()
+
+    def stack_traffic(config):
+        func = op.lower(None, sizes, target=target, config=config, **attrs)
+        asm = subprocess.run([target.compiler, *target.flags, "-S", "-x", "c", "-", "-o", "-"],
+                             input=emit_c(func, target=target).source, capture_output=True,
+                             text=True, check=True).stdout
+        return len(_Q_STACK.findall(asm))
+
+    assert stack_traffic(default) == 0
+    assert stack_traffic({**default, "nb": 4, "tx": 7}) > 0
