@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import tdsl
-from tdsl.emulate import EmulatedKernel, missing_tool, run_host_c
+from tdsl.emulate import EmulatedKernel, run_host_c
 
 from embedded_cases import (FLOAT_CASES, QUANT_CASES, TARGETS, float_inputs, quant_inputs,
                             target_or_skip)
@@ -104,13 +104,7 @@ HOST_C_OPS = ["matmul", "conv2d", "softmax", "relu", "depthwise_conv2d"]
 
 @pytest.mark.parametrize("name", HOST_C_OPS)
 def test_host_c_for_armv8_runs_under_qemu_aarch64(name):
-    try:
-        target = tdsl.Target("c -march=armv8-a")
-    except tdsl.TdslError as exc:
-        pytest.skip(str(exc))
-    why = missing_tool(target)
-    if why:
-        pytest.skip(why)
+    target = target_or_skip("c -march=armv8-a")
     op, arrays, sizes, attrs = float_inputs(name)
     func = op.lower(None, sizes, target=target, **attrs)
     (got,) = run_host_c(func, target, arrays)
@@ -164,6 +158,15 @@ def test_tdsl_test_property_tests_an_embedded_target(capsys):
 
 # --------------------------------------------------------------------------- issue 26
 
+def _assembly(func, target) -> str:
+    """The assembly the target's compiler makes of ``func``'s C (gcc -S)."""
+    import subprocess
+    from tdsl.emit_c.c import emit_c
+    return subprocess.run([target.compiler, *target.flags, "-S", "-x", "c", "-", "-o", "-"],
+                          input=emit_c(func, target=target).source, capture_output=True,
+                          text=True, check=True).stdout
+
+
 @pytest.mark.parametrize("spec,instruction", [("c -march=armv8.6-a+i8mm", "usdot"),
                                               ("c -march=armv8.2-a+dotprod", "sdot"),
                                               ("c -march=armv8-a", None)])
@@ -175,17 +178,9 @@ def test_int8_convolution_on_arm_uses_its_dot_product_where_the_isa_has_one(spec
     sdot of the activations less 128 and a correction of 128 times the weights' sum. Either
     way the target counts as having an int8 dot product (QLinearConv imports to it); plain
     Armv8 keeps the lane loop. The activations span 0-255, both sides of 128."""
-    import subprocess
     from numpy_ref import qlinear_conv2d as reference
     from test_int8_dot import _data, blocked
-    from tdsl.emit_c.c import emit_c
-    try:
-        target = tdsl.Target(spec)
-    except tdsl.TdslError as exc:
-        pytest.skip(str(exc))
-    why = missing_tool(target)
-    if why:
-        pytest.skip(why)
+    target = target_or_skip(spec)
     std = tdsl.load("std")
     h, w, k = 5, 7, 3
     x, wt, b, s, attrs = _data(dict(seed=4, c=8, f=8, h=h, w=w, k=k, stride=1, padding=1,
@@ -196,9 +191,7 @@ def test_int8_convolution_on_arm_uses_its_dot_product_where_the_isa_has_one(spec
         **attrs)
     (got,) = run_host_c(func, target, [blocked(x, 4), wp, b.reshape(-1, 4), s.reshape(-1, 4)])
     np.testing.assert_array_equal(got, blocked(reference(x, wt, b, s, **attrs), 4))
-    asm = subprocess.run([target.compiler, *target.flags, "-S", "-x", "c", "-", "-o", "-"],
-                         input=emit_c(func, target=target).source, capture_output=True,
-                         text=True, check=True).stdout
+    asm = _assembly(func, target)
     assert target.has_int8_dot == (instruction is not None)
     used = set(re.findall(r"\b(usdot|sdot)\b", asm))
     assert used == ({instruction} if instruction else set())
@@ -215,15 +208,7 @@ def test_int8_convolution_tile_on_arm_stays_in_registers(spec):
     correction): the 4 x 7 tile that 32 AVX-512 registers hold spilled there. The default
     tile for 32 registers of 4 lanes keeps everything in registers (aarch64 gcc -S: no q
     register to or from the stack), where 4 x 7 does not."""
-    import subprocess
-    from tdsl.emit_c.c import emit_c
-    try:
-        target = tdsl.Target(spec)
-    except tdsl.TdslError as exc:
-        pytest.skip(str(exc))
-    why = missing_tool(target)
-    if why:
-        pytest.skip(why)
+    target = target_or_skip(spec)
     op = tdsl.load("std")["qlinear_conv2d_nchwc"]
     sizes = dict(N=1, CB=16, IH=14, IW=14, CI=4, FB=16, KH=3, KW=3, CQ=1, FI=4)
     attrs = dict(stride=1, padding=1, dilation=1, x_zp=3, y_zp=2)
@@ -231,10 +216,7 @@ def test_int8_convolution_tile_on_arm_stays_in_registers(spec):
 
     def stack_traffic(config):
         func = op.lower(None, sizes, target=target, config=config, **attrs)
-        asm = subprocess.run([target.compiler, *target.flags, "-S", "-x", "c", "-", "-o", "-"],
-                             input=emit_c(func, target=target).source, capture_output=True,
-                             text=True, check=True).stdout
-        return len(_Q_STACK.findall(asm))
+        return len(_Q_STACK.findall(_assembly(func, target)))
 
     assert stack_traffic(default) == 0
     assert stack_traffic({**default, "nb": 4, "tx": 7}) > 0
