@@ -324,6 +324,10 @@ def scale_shift_nchwc(x, scale, shift):
     return _out(x * scale[None, :, None, None, :] + shift[None, :, None, None, :])
 
 
+def subsample_nchwc(x, stride):
+    return np.asarray(x)[:, :, ::stride, ::stride, :]
+
+
 def max_pool2d_nchwc(x, kernel, stride=None, padding=0):
     return to_nchwc(max_pool2d(from_nchwc(x), kernel, stride, padding), np.shape(x)[4])
 

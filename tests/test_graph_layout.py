@@ -312,6 +312,36 @@ graph g(x: f32[1, 8, 9, 9]) -> y: f32[1, 16, 5, 5] {
             tuple(c.ir.nodes[i].op for i in grp.nodes) for grp in c.groups]
 
 
+@needs_gcc
+@pytest.mark.parametrize("block", BLOCKS)
+def test_strided_1x1_convolutions_read_one_subsampled_copy_at_stride_1(block):
+    # ResNet v1's downsampling block: its first 1x1 and its shortcut both stride 2 over
+    # the same input. A 1x1 convolution reads every other pixel and row there, so the
+    # layout pass makes the strided input once, contiguous, and both run at stride 1.
+    g = tdsl.loads("""import std
+graph g(x: f32[1, 16, 9, 9]) -> y: f32[1, 32, 5, 5] {
+    param w1: f32[32, 16, 1, 1]
+    param ws: f32[32, 16, 1, 1]
+    param w3: f32[16, 16, 1, 1]
+    c1 = conv2d(x, w1; stride=2)
+    sc = conv2d(x, ws; stride=2)
+    s = add(c1, sc)
+    y = relu(s)
+    z = conv2d(x, w3; stride=3)
+}""")["g"]
+    p = g.random_params()
+    x = rand((1, 16, 9, 9))
+    m = g.build(run_target(block), params=p, layout=True)
+    np.testing.assert_allclose(m(x), g.reference(x, params=p), **TOL)
+    nodes = m.compiled(x).ir.nodes
+    subsampled = {dict(n.attrs)["stride"]: n.outputs[0] for n in nodes
+                  if n.op == "subsample_nchwc"}
+    convs = [n for n in nodes if n.op == "conv2d_nchwc_valid"]
+    assert sorted(subsampled) == [2, 3]
+    assert [n.inputs[0] for n in convs].count(subsampled[2]) == 2
+    assert all("stride" not in dict(n.attrs) for n in convs)
+
+
 WINOGRAD_NET = """import std
 graph g(x: f32[1, C, H, W]) -> y: f32[1, C, H, W] {
     param w1: f32[C, C, 3, 3]

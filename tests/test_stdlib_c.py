@@ -18,6 +18,7 @@ ATTRS = {"max_pool2d": {"kernel": 2}, "avg_pool2d": {"kernel": 3, "stride": 2, "
          "to_nchwc": {"block": 1}, "pack_channels": {"block": 1},
          "pack_conv_weights": {"in_block": 1, "out_block": 1},
          "pack_depthwise_weights": {"block": 1}, "max_pool2d_nchwc": {"kernel": 2},
+         "subsample_nchwc": {"stride": 2},
          "max_pool2d_u8": {"kernel": 3, "stride": 2, "padding": 1},
          "max_pool2d_nchwc_u8": {"kernel": 3, "stride": 2, "padding": 1},
          "pack_dense_weights": {"block": 2},

@@ -73,6 +73,7 @@ TESTED = {
     "flatten", "concat", "to_nchwc", "from_nchwc", "pack_conv_weights", "pack_channels",
     "pack_depthwise_weights", "conv2d_nchwc", "conv2d_nchwc_valid", "depthwise_conv2d_nchwc",
     "bias_add_nchwc", "batch_norm_nchwc", "scale_shift_nchwc", "max_pool2d_nchwc", "global_avg_pool2d_nchwc",
+    "subsample_nchwc",
     "pack_dense_weights", "dense_packed", "winograd_weights", "conv2d_winograd_nchwc",
     "winograd4_weights", "conv2d_winograd4_nchwc", "qlinear_conv2d", "qlinear_conv2d_nchwc",
     "pack_qconv_weights", "pack_channels_i32", "to_nchwc_u8", "from_nchwc_u8",
@@ -515,6 +516,7 @@ def test_blocked_pools_and_bias(case, ci, seed):
     both("max_pool2d_nchwc_u8", q, rtol=0, atol=0, **attrs)
     both("max_pool2d_u8", call("from_nchwc_u8", q), rtol=0, atol=0, **attrs)
     both("global_avg_pool2d_nchwc", x)
+    both("subsample_nchwc", x, stride=1 + seed % 3)
     both("bias_add_nchwc", x, rand(rng, (c, ci)))
     stats = [rand(rng, (c, ci)) for _ in range(3)] + [rand(rng, (c, ci), 0.05, 3.0)]
     both("batch_norm_nchwc", x, *stats)
