@@ -18,6 +18,11 @@ What the figures count:
 - bound: a kernel whose anchor is complex-out-fusable (a convolution, dense, matmul) is
   compute-bound and its table row shows GFLOP/s and % of peak; the others (elementwise,
   pooling, layout changes) are memory-bound and show GB/s.
+- at the peak (`GraphProfile.peak_seconds`): the kernels' sum were each float32
+  compute-bound kernel to run at the fp32 FMA peak, a Winograd one its products alone (its
+  transforms free), and the others as measured. No schedule of these kernels beats it, so
+  it bounds what a speed goal can ask of them on this machine: a model whose time at the
+  peak is 5.1 ms cannot run 1.5x faster than a runtime's 7.0.
 """
 from __future__ import annotations
 
@@ -70,6 +75,7 @@ class KernelProfile:
     gbps: float
     bound: str                  # "compute" or "memory"
     direct_equivalent: bool     # flops counted as the direct sum (a Winograd convolution)
+    peak_seconds: float         # at the fp32 peak (module docstring); else ``seconds``
 
 
 @dataclass(frozen=True)
@@ -97,6 +103,12 @@ class GraphProfile:
         """The best whole call less the kernels' sum: copies in and out, the calls between."""
         return self.call_best - self.kernel_seconds
 
+    @property
+    def peak_seconds(self) -> float:
+        """The kernels' sum with each float32 compute-bound kernel at the peak (the module
+        docstring): a lower bound on `kernel_seconds`."""
+        return sum(r.peak_seconds for r in self.rows)
+
     def by_op(self) -> list[tuple[str, float, float, int]]:
         """``(anchor op, seconds, share, kernels)``, the most time first."""
         acc: dict[str, list] = {}
@@ -108,7 +120,7 @@ class GraphProfile:
         return sorted(((op, t, s, n) for op, (t, s, n) in acc.items()), key=lambda e: -e[1])
 
     def __str__(self) -> str:
-        ms = 1e3
+        ms, total = 1e3, self.kernel_seconds or 1.0
         lines = [
             f"profile of graph {self.graph} at {sizes_text(dict(self.sizes))}, target "
             f"'{self.target}': {len(self.rows)} kernels",
@@ -135,6 +147,10 @@ class GraphProfile:
         if any(r.direct_equivalent for r in self.rows):
             lines.append("  * Winograd: its flops counted as the direct sum it replaces (it "
                          "does 2.25x fewer multiplies, F(4x4) 4x), so %peak may pass 100")
+        lines.append(f"  at the peak {self.peak_seconds * ms:.3f} ms: the kernels' sum with "
+                     f"each f32 conv, dense and matmul at 100%, Winograd's products alone, "
+                     f"the rest as measured ({100 * self.peak_seconds / total:.0f}% of the "
+                     f"sum)")
         lines.append("  per anchor op:")
         for op, t, share, n in self.by_op():
             lines.append(f"    {op:<28}{t * 1e6:9.1f} us {100 * share:5.1f}%  "
@@ -164,14 +180,16 @@ def profile(module, inputs, passes: int = 20, peak="measured", ghz: float | None
         flops = anchor_flops(compiled, f)
         moved = sum(_bytes(compiled, v) for v in (*f.inputs, *f.outputs))
         gflops = flops / t / 1e9 if flops and t > 0 else None
+        compute = g.pattern == Pattern.COMPLEX
+        products = multiply_flops(compiled, f) if compute else 0
         rows.append(KernelProfile(
             i, "+".join(f.ops), f.anchor.op, tuple(f.anchor.attrs),
             tuple(compiled.ir.shape_of(f.outputs[0], compiled.sizes)),
             compiled.schedules[i] if i < len(compiled.schedules) else "?", t, t / total,
             flops, gflops, None if gflops is None else 100 * gflops / peak_gflops, moved,
             moved / t / 1e9 if t > 0 else 0.0,
-            "compute" if g.pattern == Pattern.COMPLEX else "memory",
-            f.anchor.op.startswith(WINOGRAD)))
+            "compute" if compute else "memory", f.anchor.op.startswith(WINOGRAD),
+            min(t, products / (peak_gflops * 1e9)) if products else t))
     return GraphProfile(module.graph.name, tuple(sorted(compiled.sizes.items())), str(target),
                         peak_gflops, source, passes, statistics.median(calls), min(calls),
                         tuple(rows))
@@ -190,6 +208,23 @@ def anchor_flops(compiled, f) -> int:
         return flop_count(node.fn, dict(f.anchor_sizes))
     except (KeyError, TdslError):
         return 0
+
+
+def multiply_flops(compiled, f) -> int:
+    """The flops of ``f``'s multiply-adds where they are float32 ones that the fp32 FMA peak
+    bounds (0 otherwise: an integer convolution's dot products have a peak of their own): the
+    anchor's flops, a Winograd convolution's the products of its tiles, 2·N·tiles·e²·C·F
+    with e x e transformed tiles of m x m outputs (e = m + 2)."""
+    node = f.anchor
+    if any(compiled.ir.value(v).dtype != "f32" for v in (*node.inputs, *node.outputs)):
+        return 0
+    if node.op.startswith(WINOGRAD):
+        m = 4 if node.op.startswith(WINOGRAD + "4") else 2
+        n, fb, h, w, fi = compiled.ir.shape_of(node.outputs[0], compiled.sizes)
+        x = compiled.ir.shape_of(node.inputs[0], compiled.sizes)
+        tiles = -(-h // m) * -(-w // m)
+        return int(2 * n * tiles * (m + 2) ** 2 * x[1] * x[4] * fb * fi)
+    return anchor_flops(compiled, f)
 
 
 WINOGRAD = "conv2d_winograd"          # the ops whose flops count as the direct sum

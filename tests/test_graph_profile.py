@@ -71,6 +71,29 @@ def test_profile_rows(cnn, layout):
         p.rows[0].seconds = 0.0
 
 
+@pytest.mark.parametrize("layout", [False, True], ids=["nchw", "blocked"])
+def test_the_time_at_the_peak_counts_what_the_fma_peak_bounds(cnn, layout):
+    """At a peak no kernel reaches, each f32 convolution and dense layer takes its flops at
+    that rate (a Winograd one its tiles' products: (m + 2)^2 per m x m outputs per channel
+    pair), and the memory-bound kernels their measured time."""
+    g, params, x = cnn
+    m = g.build(params=params, layout=layout)
+    peak = 1e6                                        # GFLOP/s
+    p = m.profile(x, passes=2, peak=peak)
+    for r in p.rows:
+        if r.anchor.startswith("conv2d_winograd"):
+            e = 6 if r.anchor.startswith("conv2d_winograd4") else 4
+            tiles = (16 // (e - 2)) ** 2                # the 16x16 maps, 32 -> 32 channels
+            assert r.peak_seconds == pytest.approx(2 * tiles * e * e * 32 * 32 / peak / 1e9)
+        elif r.bound == "compute":
+            assert r.peak_seconds == pytest.approx(r.flops / peak / 1e9)
+        else:
+            assert r.peak_seconds == r.seconds
+    assert p.peak_seconds == pytest.approx(sum(r.peak_seconds for r in p.rows))
+    assert p.peak_seconds < p.kernel_seconds
+    assert f"at the peak {p.peak_seconds * 1e3:.3f} ms" in str(p)
+
+
 def test_profile_formula_peak(cnn):
     g, params, x = cnn
     m = g.build(params=params, layout=False)
