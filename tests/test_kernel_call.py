@@ -203,6 +203,30 @@ def test_failed_workspace_allocation_is_a_memory_error(cache):
         k(np.ones(2, np.float32))                # the count wraps negative
 
 
+def test_workspace_is_not_faulted_in_again_on_every_call(cache):
+    # malloc serves a large workspace by mmap, or trims it off its heap when freed, so each
+    # call faulted its pages in again (a standalone F(4x4) Winograd call: 407 page faults,
+    # 1.4 ms against 0.65). The kernels keep freed blocks for the next call.
+    resource = pytest.importorskip("resource")          # POSIX
+    n, i = te.Var("n"), te.Var("i")
+    x, y = Buffer("x", "f32", (n,)), Buffer("y", "f32", (n,))
+    t1, t2 = Buffer("T1", "f32", (n,)), Buffer("T2", "f32", (n,))
+    body = Allocate(t1, Allocate(t2, Seq((
+        loop(i, n, Store(t1, (i,), load(x, i) * c(2.0, "f32"))),
+        loop(i, n, Store(t2, (i,), load(t1, i) + c(1.0, "f32"))),
+        loop(i, n, Store(y, (i,), load(t2, i)))))))
+    k = build_kernel(LoweredFunc("twice", (x, y), body, (n,), 1), cache=cache)
+    x_ = np.arange(3 << 18, dtype=np.float32)              # 3 MiB: 768 pages a workspace
+    out = np.empty_like(x_)
+    k(x_, out=out)
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    for _ in range(10):
+        k(x_, out=out)
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+    np.testing.assert_array_equal(out, 2 * x_ + 1)
+    assert faults < 100, f"{faults} page faults in 10 calls"
+
+
 # ------------------------------------------------------------------ bad calls
 
 @pytest.mark.parametrize("args, kwargs, message", [

@@ -186,7 +186,7 @@ class HostC(GnuVectors, CFamilyPrinter):
         alloc = self.helpers.alloc()
         size = f"{self.expr(count)}, sizeof({ctype})"
         return [f"{ctype}* {self.restrict} {name} = ({ctype}*){alloc}({size}, &tdsl_status);",
-                f"if ({name} != NULL) {{", *indent(body), f"    free({name});", "}"]
+                f"if ({name} != NULL) {{", *indent(body), f"    tdsl_free({name});", "}"]
 
     def module(self) -> CModule:
         function = self.function()     # printed first: it decides which helpers are needed

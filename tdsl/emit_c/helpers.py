@@ -416,15 +416,24 @@ typedef {t} {v} __attribute__((vector_size({bytes})));
 # checked before multiplying (a wrapped size_t would allocate a few bytes and let the kernel
 # write past them); a failure is recorded in *status instead of crashing, so the caller can
 # raise MemoryError. The store is atomic: allocations may run inside an OpenMP parallel loop.
+# Loaded by tdsl, the kernel takes its blocks from the process's workspace pool (emit_c/
+# workspace.py), named by weak symbols: in a C program without the pool they are null and
+# aligned_alloc and free serve.
 _ALLOC = """\
+extern void* tdsl_workspace_alloc(size_t bytes) __attribute__((weak));
+extern void tdsl_workspace_free(void* block) __attribute__((weak));
 {q} void* tdsl_alloc(int64_t count, size_t elem_size, int* status) {{
     void* p = NULL;
     if (count >= 0 && (uint64_t)count <= (SIZE_MAX - 64) / elem_size) {{
         size_t bytes = (size_t)count * elem_size;
-        p = aligned_alloc(64, bytes < 64 ? 64 : (bytes + 63) / 64 * 64);
+        bytes = bytes < 64 ? 64 : (bytes + 63) / 64 * 64;
+        p = tdsl_workspace_alloc ? tdsl_workspace_alloc(bytes) : aligned_alloc(64, bytes);
     }}
     if (p == NULL) __atomic_store_n(status, 1, __ATOMIC_RELAXED);
     return p;
+}}
+{q} void tdsl_free(void* block) {{
+    if (tdsl_workspace_free) tdsl_workspace_free(block); else free(block);
 }}"""
 
 # The floats narrower than f16 (lowering/dtypes.py, MINIFLOATS) are held as their bits and

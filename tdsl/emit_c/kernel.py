@@ -23,6 +23,7 @@ never a crash or a silently wrong answer:
 from __future__ import annotations
 
 import functools
+import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -36,7 +37,7 @@ from ..lowering import sizes
 from ..lowering.read_regions import check_reads
 from ..lowering.te_printer import format_expr
 from ..target import Target, as_target, kernel_flags
-from . import omp
+from . import omp, workspace
 from .build import BuildCache, BuildResult
 from .c import CModule, HostC
 from .expressions import FIRST_READ_FAULT
@@ -274,6 +275,7 @@ def load_library(path: str, prototype: str):
         ffi = FFI()
         ffi.cdef(prototype + ";")
         omp.share_loaded_runtime()      # one OpenMP runtime, one thread pool (emit_c.omp)
+        workspace.load_pool(os.path.dirname(path))     # one workspace pool, too
         _LOADED[path] = (ffi, ffi.dlopen(path, ffi.RTLD_NOW | ffi.RTLD_NODELETE))
         omp.configure_threads()
     return _LOADED[path]
