@@ -66,7 +66,7 @@ def test_process_ops_std():
     r = run("ops", "std")
     assert r.returncode == 0
     lines = r.stdout.splitlines()
-    assert len(lines) == 74
+    assert len(lines) == 75
     assert "matmul(A: f32[M, K], B: f32[K, N]) -> C: f32[M, N]" in lines
 
 
@@ -76,7 +76,7 @@ def test_check_good_files(capsys):
     code, out, err = main(capsys, "check", MATMUL, ATTENTION, "std")
     assert code == 0 and err == ""
     assert out.splitlines() == [f"{MATMUL}: ok (3 ops)", f"{ATTENTION}: ok (2 ops)",
-                                "std: ok (74 ops)"]
+                                "std: ok (75 ops)"]
 
 
 def test_check_good_and_bad_files(capsys, tmp_path):

@@ -44,6 +44,7 @@ ATTRS = {
     "qconv2d": QCONV, "qdepthwise_conv2d": QCONV,
     "max_pool2d": POOL, "avg_pool2d": POOL, "qmax_pool2d": POOL, "qavg_pool2d": POOL,
     "max_pool2d_nchwc": POOL, "max_pool2d_u8": POOL, "max_pool2d_nchwc_u8": POOL,
+    "subsample_nchwc": [dict(stride=1), dict(stride=2), dict(stride=3)],
     "pad2d": [dict(padding=0), dict(padding=2)],
     "to_nchwc": [dict(block=1), dict(block=3)], "pack_channels": [dict(block=2)],
     "pack_conv_weights": [dict(in_block=1, out_block=2), dict(in_block=2, out_block=3)],

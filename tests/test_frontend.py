@@ -787,6 +787,7 @@ BLOCKED_OPS = {
     "batch_norm_nchwc": (["X", "gamma", "beta", "mean", "var"], ["eps"]),
     "scale_shift_nchwc": (["X", "scale", "shift"], []),
     "max_pool2d_nchwc": (["X"], ["kernel", "stride", "padding"]),
+    "subsample_nchwc": (["X"], ["stride"]),
     "global_avg_pool2d_nchwc": (["X"], []),
     "pack_dense_weights": (["W"], ["block"]), "dense_packed": (["X", "Wp", "b"], []),
     "winograd_weights": (["W"], ["in_block", "out_block"]),
@@ -797,7 +798,7 @@ BLOCKED_OPS = {
 
 
 def test_stdlib_has_exactly_the_required_ops():
-    assert len(STD_OPS) == 32 and len(QUANT_OPS) == 8 and len(BLOCKED_OPS) == 19
+    assert len(STD_OPS) == 32 and len(QUANT_OPS) == 8 and len(BLOCKED_OPS) == 20
     assert len(QLINEAR_OPS) == 15
     assert sorted(tdsl.stdlib) == sorted({**STD_OPS, **QUANT_OPS, **BLOCKED_OPS,
                                           **QLINEAR_OPS})
