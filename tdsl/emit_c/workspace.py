@@ -10,7 +10,9 @@ to keep them. The pool keeps freed blocks of 64 KiB and more for the next alloca
 few per thread (each thread's own, so no lock), whichever kernel asks next: the block one
 kernel frees is the next one's, still in cache, as a shared heap would give it. Blocks
 kept by per-kernel pools instead cost ResNet-50 a few percent (each kernel's workspace at
-addresses of its own, out of cache) and 43 MB.
+addresses of its own, out of cache) and 43 MB; with one pool the model's resident memory
+after its calls was 525 MB against 576 with malloc's heap alone (two threads, Zen 4). A
+thread's kept blocks stay when it exits: OpenMP's workers live as long as the process.
 
 The pool is a library of its own, built once into the kernel cache and loaded into the
 global scope (``RTLD_GLOBAL``) before any kernel library; a kernel names its two entry
