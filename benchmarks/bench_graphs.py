@@ -15,9 +15,9 @@ torch.nn.TransformerEncoderLayer with the same weights, a CNN op by op with
 torch.nn.functional; none for the int8 block) in turn, with "x ort" = onnxruntime ms / tdsl
 ms (> 1: tdsl is faster), "x torch" likewise, each output's largest difference from
 onnxruntime's, and the issue's goals: ResNet-50 >= 1.3x onnxruntime, MobileNetV2 >= 1.5x,
-the BERT-base layer >= 1.2x, the int8 ResNet block (onnxruntime's quantize_static, QDQ: uint8 activations, int8
-per-channel weights; onnxruntime runs it as QLinearConv) >= 2x its f32 form and >= 1x
-onnxruntime's.
+the BERT-base layer >= 1.2x, the int8 ResNet block (onnxruntime's quantize_static, QDQ:
+uint8 activations, int8 per-channel weights; onnxruntime runs it as QLinearConv) >= 2x its
+f32 form and >= 1x onnxruntime's.
 
 The ResNets are built with onnx's helper API (random weights; `tests/onnx_models.py`) and
 imported with `tdsl import`'s converter, so they need the onnx package. Machines here are
@@ -39,9 +39,9 @@ share, GFLOP/s and % of peak (convolutions and dense layers, counted as the dire
 Winograd kernel's figure is what the direct sum would need) or GB/s, and a total per
 anchor op; against the measured FMA peak, or the formula's at ``--ghz``. Its time "at the
 peak" (each f32 convolution and dense layer at 100%, Winograd's products alone) gives each
-goal's line the most these kernels could reach against onnxruntime on this machine. ``--target``
-builds for another target than the host's (an AVX2 build, ``-march=x86-64-v3``, runs on an
-AVX-512 host too; onnxruntime still picks its own kernels for the host, so compare such a
+goal's line the most these kernels could reach against onnxruntime on this machine.
+``--target`` builds for another target than the host's (an AVX2 build,
+``-march=x86-64-v3``, runs on an AVX-512 host too; onnxruntime still picks its own kernels for the host, so compare such a
 build with itself, not with onnxruntime).
 """
 from __future__ import annotations
@@ -128,8 +128,9 @@ def cases(args):
 
 # ------------------------------------------------------------------ issue 26's models table
 
+# and the int8 block >= 2x its f32 form (printed below)
 GOALS = {"ResNet-50 1x3x224x224": ("x ort", 1.3), "MobileNetV2": ("x ort", 1.5),
-         "BERT-base": ("x ort", 1.2), "int8 block": ("x ort", 1.0)}     # and int8 >= 2x its f32 form (printed below)
+         "BERT-base": ("x ort", 1.2), "int8 block": ("x ort", 1.0)}
 
 
 def model_cases(args):

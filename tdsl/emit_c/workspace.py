@@ -75,20 +75,19 @@ void {FREE}(void* memory) {{
 }}
 """
 
-_LOADED: dict[str, str | None] = {}        # cache directory -> the pool's path, or None
+_POOL: list = []             # [the pool's path, or None where it could not be made]
 
 
 def load_pool(cache_dir: str | os.PathLike) -> str | None:
-    """Before a kernel library from ``cache_dir`` is loaded: the pool, built there once and
-    loaded into the global scope; None where it cannot be (no compiler: the kernels then
-    allocate with malloc, as before)."""
-    if _LOADED:                 # one pool per process, whichever cache built it
-        return next(iter(_LOADED.values()))
-    try:
-        built = BuildCache(Path(cache_dir)).build(SOURCE, flags=("-O2", "-fPIC", "-shared"))
-        ctypes.CDLL(str(built.lib_path), mode=os.RTLD_NOW | os.RTLD_GLOBAL | os.RTLD_NODELETE)
-        path = str(built.lib_path)
-    except (BuildError, OSError):
-        path = None
-    _LOADED[str(cache_dir)] = path
-    return path
+    """Before a kernel library is loaded: the pool, built into ``cache_dir`` (the kernel's
+    cache) once per process and loaded into the global scope; None where it cannot be (no
+    compiler: the kernels then allocate with malloc, as before)."""
+    if not _POOL:
+        try:
+            built = BuildCache(Path(cache_dir)).build(SOURCE, flags=("-O2", "-fPIC", "-shared"))
+            ctypes.CDLL(str(built.lib_path),
+                        mode=os.RTLD_NOW | os.RTLD_GLOBAL | os.RTLD_NODELETE)
+            _POOL.append(str(built.lib_path))
+        except (BuildError, OSError):
+            _POOL.append(None)
+    return _POOL[0]
