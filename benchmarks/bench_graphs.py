@@ -41,8 +41,8 @@ anchor op; against the measured FMA peak, or the formula's at ``--ghz``. Its tim
 peak" (each f32 convolution and dense layer at 100%, Winograd's products alone) gives each
 goal's line the most these kernels could reach against onnxruntime on this machine.
 ``--target`` builds for another target than the host's (an AVX2 build,
-``-march=x86-64-v3``, runs on an AVX-512 host too; onnxruntime still picks its own kernels for the host, so compare such a
-build with itself, not with onnxruntime).
+``-march=x86-64-v3``, runs on an AVX-512 host too; onnxruntime still picks its own kernels
+for the host, so compare such a build with itself, not with onnxruntime).
 """
 from __future__ import annotations
 
