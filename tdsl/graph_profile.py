@@ -181,7 +181,7 @@ def profile(module, inputs, passes: int = 20, peak="measured", ghz: float | None
         moved = sum(_bytes(compiled, v) for v in (*f.inputs, *f.outputs))
         gflops = flops / t / 1e9 if flops and t > 0 else None
         compute = g.pattern == Pattern.COMPLEX
-        products = multiply_flops(compiled, f) if compute else 0
+        products = multiply_flops(compiled, f, flops) if compute else 0
         rows.append(KernelProfile(
             i, "+".join(f.ops), f.anchor.op, tuple(f.anchor.attrs),
             tuple(compiled.ir.shape_of(f.outputs[0], compiled.sizes)),
@@ -210,11 +210,11 @@ def anchor_flops(compiled, f) -> int:
         return 0
 
 
-def multiply_flops(compiled, f) -> int:
+def multiply_flops(compiled, f, flops: int) -> int:
     """The flops of ``f``'s multiply-adds where they are float32 ones that the fp32 FMA peak
     bounds (0 otherwise: an integer convolution's dot products have a peak of their own): the
-    anchor's flops, a Winograd convolution's the products of its tiles, 2·N·tiles·e²·C·F
-    with e x e transformed tiles of m x m outputs (e = m + 2)."""
+    anchor's ``flops`` (`anchor_flops`), a Winograd convolution's the products of its tiles,
+    2·N·tiles·e²·C·F with e x e transformed tiles of m x m outputs (e = m + 2)."""
     node = f.anchor
     if any(compiled.ir.value(v).dtype != "f32" for v in (*node.inputs, *node.outputs)):
         return 0
@@ -224,7 +224,7 @@ def multiply_flops(compiled, f) -> int:
         x = compiled.ir.shape_of(node.inputs[0], compiled.sizes)
         tiles = -(-h // m) * -(-w // m)
         return int(2 * n * tiles * (m + 2) ** 2 * x[1] * x[4] * fb * fi)
-    return anchor_flops(compiled, f)
+    return flops
 
 
 WINOGRAD = "conv2d_winograd"          # the ops whose flops count as the direct sum

@@ -18,6 +18,7 @@ import math
 
 from ..lowering.dtypes import (FLOATS, MINIFLOATS, UNSIGNED, int_range, minifloat_format,
                                saturation_top, to_c)
+from . import workspace
 
 _FLOOR_INT = """\
 {q} int64_t tdsl_floordiv_i64(int64_t a, int64_t b) {{
@@ -420,20 +421,20 @@ typedef {t} {v} __attribute__((vector_size({bytes})));
 # workspace.py), named by weak symbols: in a C program without the pool they are null and
 # aligned_alloc and free serve.
 _ALLOC = """\
-extern void* tdsl_workspace_alloc(size_t bytes) __attribute__((weak));
-extern void tdsl_workspace_free(void* block) __attribute__((weak));
+extern void* {pool_alloc}(size_t bytes) __attribute__((weak));
+extern void {pool_free}(void* block) __attribute__((weak));
 {q} void* tdsl_alloc(int64_t count, size_t elem_size, int* status) {{
     void* p = NULL;
     if (count >= 0 && (uint64_t)count <= (SIZE_MAX - 64) / elem_size) {{
         size_t bytes = (size_t)count * elem_size;
         bytes = bytes < 64 ? 64 : (bytes + 63) / 64 * 64;
-        p = tdsl_workspace_alloc ? tdsl_workspace_alloc(bytes) : aligned_alloc(64, bytes);
+        p = {pool_alloc} ? {pool_alloc}(bytes) : aligned_alloc(64, bytes);
     }}
     if (p == NULL) __atomic_store_n(status, 1, __ATOMIC_RELAXED);
     return p;
 }}
 {q} void tdsl_free(void* block) {{
-    if (tdsl_workspace_free) tdsl_workspace_free(block); else free(block);
+    if ({pool_free}) {pool_free}(block); else free(block);
 }}"""
 
 # The floats narrower than f16 (lowering/dtypes.py, MINIFLOATS) are held as their bits and
@@ -854,7 +855,7 @@ class Helpers:
         return "tdsl_requantize"
 
     def alloc(self) -> str:
-        self._add("alloc", _ALLOC)
+        self._add("alloc", _ALLOC, pool_alloc=workspace.ALLOC, pool_free=workspace.FREE)
         return "tdsl_alloc"
 
     def render(self) -> list[str]:
