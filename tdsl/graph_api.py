@@ -326,13 +326,15 @@ class GraphModule:
     def compiled(self, *inputs) -> CompiledGraph:
         return self._for(check_inputs(self.graph.ir, inputs)).compiled
 
-    def profile(self, *inputs, passes: int = 20, peak="measured", ghz: float | None = None):
+    def profile(self, *inputs, passes: int = 20, peak="measured", ghz: float | None = None,
+                integer_peak="measured"):
         """Where a call on these inputs spends its time: each fused kernel timed alone (the
         best of ``passes``), its share, GFLOP/s and % of the target's peak or GB/s, beside the
         whole call's time; a `tdsl.graph_profile.GraphProfile`, whose ``str`` is the table.
-        ``peak``: ``"measured"``, ``"formula"`` (at ``ghz``) or GFLOP/s."""
+        ``peak``: ``"measured"``, ``"formula"`` (at ``ghz``) or GFLOP/s; ``integer_peak``,
+        the integer kernels' dot product's: ``"measured"``, GOP/s or None."""
         from .graph_profile import profile
-        return profile(self, inputs, passes, peak, ghz)
+        return profile(self, inputs, passes, peak, ghz, integer_peak)
 
     def __call__(self, *inputs):
         # the lean path, for inputs of the same shapes and dtypes as the last call: a small

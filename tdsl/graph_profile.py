@@ -18,9 +18,14 @@ What the figures count:
 - bound: a kernel whose anchor is complex-out-fusable (a convolution, dense, matmul) is
   compute-bound and its table row shows GFLOP/s and % of peak; the others (elementwise,
   pooling, layout changes) are memory-bound and show GB/s.
+- integer kernels (int8 convolutions and dense layers): their operations (2 per product)
+  against the peak of the integer dot product they sum with (`tdsl.emit_c.peak.KINDS`:
+  VNNI's vpdpbusd, Arm's sdot, the i16 pairs of pmaddwd), measured on this machine, as
+  GOP/s and % of that peak. Not on a target with AMX tiles, whose peak is the tile unit's.
 - at the peak (`GraphProfile.peak_seconds`): the kernels' sum were each float32
   compute-bound kernel to run at the fp32 FMA peak, a Winograd one its products alone (its
-  transforms free), and the others as measured. No schedule of these kernels beats it, so
+  transforms free), each integer one at its dot product's peak, and the others as
+  measured. No schedule of these kernels beats it, so
   it bounds what a speed goal can ask of them on this machine: a model whose time at the
   peak is 5.1 ms cannot run 1.5x faster than a runtime's 7.0.
 """
@@ -70,12 +75,13 @@ class KernelProfile:
     share: float
     flops: int
     gflops: float | None
-    peak_percent: float | None
+    peak_percent: float | None  # of the fp32 peak, an integer kernel's of its dot product's
     bytes: int
     gbps: float
     bound: str                  # "compute" or "memory"
     direct_equivalent: bool     # flops counted as the direct sum (a Winograd convolution)
-    peak_seconds: float         # at the fp32 peak (module docstring); else ``seconds``
+    peak_seconds: float         # at the peak (module docstring); else ``seconds``
+    integer_dot: str | None = None  # the integer dot product (`emit_c.peak.KINDS`) it sums with
 
 
 @dataclass(frozen=True)
@@ -92,6 +98,7 @@ class GraphProfile:
     call_seconds: float
     call_best: float
     rows: tuple[KernelProfile, ...]
+    integer_peaks: tuple[tuple[str, float], ...] = ()   # (dot product, GOP/s) its rows use
 
     @property
     def kernel_seconds(self) -> float:
@@ -129,15 +136,21 @@ class GraphProfile:
             f"(each its best alone); overhead {self.overhead_seconds * ms:.3f} ms"
             f"{' (within the noise)' if self.overhead_seconds < 0 else ''}",
             f"  peak {self.peak_gflops:.0f} GFLOP/s fp32 FMA, {self.peak_source}",
+            *(f"  peak {gops:.0f} GOP/s of the integer dot product {kind} (2 operations a "
+              f"product), measured" for kind, gops in self.integer_peaks),
             "  GFLOP/s, %peak: compute-bound kernels (conv, dense, matmul), the anchor op's "
             "flops;",
+            *(["  integer kernels: GOP/s and % of their dot product's peak"]
+              if self.integer_peaks else []),
             "  GB/s: the others, their input and output buffers once each",
             f"  {'kernel':<7}{'us':>9}{'share':>7}{'GFLOP/s':>9}{'%peak':>7}{'GB/s':>8}"
             f"  ops -> output attrs [schedule]"]
         for r in self.rows:
             if r.bound == "compute" and r.gflops is not None:
                 mark = "*" if r.direct_equivalent else " "
-                rate = f"{r.gflops:9.1f}{r.peak_percent:6.0f}%{mark}{'-':>7}"
+                percent = f"{r.peak_percent:6.0f}%" if r.peak_percent is not None else \
+                    f"{'-':>7}"
+                rate = f"{r.gflops:9.1f}{percent}{mark}{'-':>7}"
             else:
                 rate = f"{'-':>9}{'-':>7}{r.gbps:8.1f}"
             attrs = ",".join(f"{k}={v}" for k, v in r.attrs)
@@ -149,6 +162,7 @@ class GraphProfile:
                          "does 2.25x fewer multiplies, F(4x4) 4x), so %peak may pass 100")
         lines.append(f"  at the peak {self.peak_seconds * ms:.3f} ms: the kernels' sum with "
                      f"each f32 conv, dense and matmul at 100%, Winograd's products alone, "
+                     f"{'integer ones at their dot product peak, ' if self.integer_peaks else ''}"
                      f"the rest as measured ({100 * self.peak_seconds / total:.0f}% of the "
                      f"sum)")
         lines.append("  per anchor op:")
@@ -158,16 +172,23 @@ class GraphProfile:
         return "\n".join(lines)
 
 
-def profile(module, inputs, passes: int = 20, peak="measured", ghz: float | None = None
-            ) -> GraphProfile:
+def profile(module, inputs, passes: int = 20, peak="measured", ghz: float | None = None,
+            integer_peak="measured") -> GraphProfile:
     """The `GraphProfile` of ``module`` (a `GraphModule`) on ``inputs``. ``peak``:
     ``"measured"`` (`tdsl.emit_c.peak.measure_peak`, once per target and process),
     ``"formula"`` (`Target.peak_gflops` at ``ghz``, else the reported clock) or a figure in
-    GFLOP/s."""
+    GFLOP/s. ``integer_peak``, for integer kernels: ``"measured"`` (their dot product's, once
+    per target and process), a figure in GOP/s, or None (no peak: their time as measured)."""
     if passes < 1:
         raise TdslError(f"a profile needs at least 1 pass, got {passes}")
     target = as_target(module._target)
     peak_gflops, source = target_peak(target, peak, ghz)     # measured before, not between
+    compiled = module.compiled(*inputs)
+    dots = [integer_dot(compiled, g, f, target) for g, f in
+            zip(compiled.groups, compiled.functions)]
+    integer_peaks = {kind: dot_peak(target, kind, integer_peak)
+                     for kind in dict.fromkeys(d for d in dots if d)}
+    integer_peaks = {kind: gops for kind, gops in integer_peaks.items() if gops}
     compiled, best = kernel_times(module, inputs, passes)
     calls = []
     for _ in range(passes):
@@ -176,23 +197,27 @@ def profile(module, inputs, passes: int = 20, peak="measured", ghz: float | None
         calls.append(time.perf_counter() - t)
     total = sum(best) or 1.0
     rows = []
-    for i, (g, f, t) in enumerate(zip(compiled.groups, compiled.functions, best)):
+    for i, (g, f, t, dot) in enumerate(zip(compiled.groups, compiled.functions, best, dots)):
         flops = anchor_flops(compiled, f)
         moved = sum(_bytes(compiled, v) for v in (*f.inputs, *f.outputs))
         gflops = flops / t / 1e9 if flops and t > 0 else None
         compute = g.pattern == Pattern.COMPLEX
-        products = multiply_flops(compiled, f, flops) if compute else 0
+        # the peak that bounds it and the operations it bounds (flops, or a Winograd
+        # convolution's products; an integer kernel's at its dot product's peak)
+        rate, products = (integer_peaks[dot], flops) if dot in integer_peaks else \
+            (peak_gflops, multiply_flops(compiled, f, flops) if compute else 0)
+        percent = None if gflops is None or (dot and dot not in integer_peaks) else \
+            100 * gflops / rate
         rows.append(KernelProfile(
             i, "+".join(f.ops), f.anchor.op, tuple(f.anchor.attrs),
             tuple(compiled.ir.shape_of(f.outputs[0], compiled.sizes)),
             compiled.schedules[i] if i < len(compiled.schedules) else "?", t, t / total,
-            flops, gflops, None if gflops is None else 100 * gflops / peak_gflops, moved,
-            moved / t / 1e9 if t > 0 else 0.0,
+            flops, gflops, percent, moved, moved / t / 1e9 if t > 0 else 0.0,
             "compute" if compute else "memory", f.anchor.op.startswith(WINOGRAD),
-            min(t, products / (peak_gflops * 1e9)) if products else t))
+            min(t, products / (rate * 1e9)) if products else t, dot))
     return GraphProfile(module.graph.name, tuple(sorted(compiled.sizes.items())), str(target),
                         peak_gflops, source, passes, statistics.median(calls), min(calls),
-                        tuple(rows))
+                        tuple(rows), tuple(integer_peaks.items()))
 
 
 def anchor_flops(compiled, f) -> int:
@@ -227,8 +252,38 @@ def multiply_flops(compiled, f, flops: int) -> int:
     return flops
 
 
+# the integer dot product (`emit_c.peak.KINDS`) an integer convolution or dense layer sums
+# with, by its activations' type (vectorize.py's patterns: u8 x i8 in fours, i16 pairs)
+_INTEGER_DOTS = {"u8": "dot4_u8i8", "i16": "dot2_i16"}
+
+
+def integer_dot(compiled, group, f, target) -> str | None:
+    """The integer dot product the compute-bound kernel ``f`` sums with, None for the
+    others, for float ones, and on a target whose int8 kernels use AMX tiles (a peak of
+    their own)."""
+    if group.pattern != Pattern.COMPLEX or target.amx:
+        return None
+    return _INTEGER_DOTS.get(compiled.ir.value(f.anchor.inputs[0]).dtype)
+
+
 WINOGRAD = "conv2d_winograd"          # the ops whose flops count as the direct sum
-_MEASURED: dict[str, float] = {}       # target -> measured peak, once per process
+_MEASURED: dict[tuple[str, str], float] = {}   # (target, kind) -> measured peak, per process
+
+
+def dot_peak(target, kind: str, peak="measured") -> float | None:
+    """GOP/s of the integer dot product ``kind`` for `profile`'s ``integer_peak``."""
+    if peak is None:
+        return None
+    if isinstance(peak, (int, float)) and not isinstance(peak, bool):
+        if peak <= 0:
+            raise TdslError(f"a peak must be positive, got {peak} GOP/s")
+        return float(peak)
+    if peak != "measured":
+        raise TdslError(f"integer_peak must be 'measured', GOP/s or None, got {peak!r}")
+    if (str(target), kind) not in _MEASURED:
+        from .emit_c.peak import measure_peak
+        _MEASURED[str(target), kind] = measure_peak(target, kind=kind).gflops
+    return _MEASURED[str(target), kind]
 
 
 def target_peak(target, peak="measured", ghz: float | None = None) -> tuple[float, str]:
@@ -239,10 +294,10 @@ def target_peak(target, peak="measured", ghz: float | None = None) -> tuple[floa
             raise TdslError(f"a peak must be positive, got {peak} GFLOP/s")
         return float(peak), "as given"
     if peak == "measured":
-        if str(target) not in _MEASURED:
+        if (str(target), "fma") not in _MEASURED:
             from .emit_c.peak import measure_peak
-            _MEASURED[str(target)] = measure_peak(target).gflops
-        return _MEASURED[str(target)], "measured (vector FMAs on all cores, `tdsl target " \
+            _MEASURED[str(target), "fma"] = measure_peak(target).gflops
+        return _MEASURED[str(target), "fma"], "measured (vector FMAs on all cores, `tdsl target " \
                                        "--measure`)"
     if peak == "formula":
         clock = ghz or host_ghz()

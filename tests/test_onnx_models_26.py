@@ -113,3 +113,35 @@ def test_full_size_matches_onnxruntime(name):
         check(onnx_models.resnet_block_int8()[1], atol=0, exact=True)
     else:
         check(getattr(onnx_models, name)(), atol=2e-3)
+
+
+@pytest.mark.parametrize("target", STEM_TARGETS)
+def test_the_profile_bounds_int8_kernels_by_their_dot_products_peak(target):
+    """An int8 convolution's operations (2 a product) are counted against the peak of the
+    dot product it sums with (VNNI's u8 x i8 fours, else the i16 pairs), not the fp32 FMA
+    peak: at a peak given, its % and its time at the peak follow from its operations; with
+    none, its time stays as measured and no % is printed."""
+    import tdsl
+    from tdsl.onnx_import import convert_model
+    _, q = onnx_models.resnet_block_int8(c=8, hw=10)
+    text, params = convert_model(q, "net", target=target)
+    m = tdsl.loads(text)["net"].build(target, params=params)
+    x = np.random.default_rng(3).standard_normal((1, 8, 10, 10)).astype(np.float32)
+    t = tdsl.Target(target)
+    kind = "dot4_u8i8" if t.has_int8_dot else "dot2_i16"
+    p = m.profile(x, passes=2, peak=100.0, integer_peak=1e6)
+    convs = [r for r in p.rows if r.bound == "compute"]
+    assert len(convs) == 2 and all(r.integer_dot == kind for r in convs)
+    for r in convs:
+        assert r.flops >= 2 * 8 * 10 * 10 * 8 * 9    # 8 -> 8 channels, 3x3, 10x10 (and its
+        #                                              zero point's sums, as flop_count counts)
+        assert r.peak_percent == pytest.approx(100 * r.gflops / 1e6)
+        assert r.peak_seconds == pytest.approx(r.flops / 1e15)
+    assert all(r.peak_seconds == r.seconds for r in p.rows if r.bound == "memory")
+    assert p.integer_peaks == ((kind, 1e6),)
+    assert f"peak 1000000 GOP/s of the integer dot product {kind}" in str(p)
+    none = m.profile(x, passes=1, peak=100.0, integer_peak=None)
+    assert not none.integer_peaks
+    assert all(r.peak_percent is None and r.peak_seconds == r.seconds for r in none.rows
+               if r.bound == "compute")
+    assert "integer ones at their dot product peak" not in str(none)
