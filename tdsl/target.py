@@ -9,7 +9,8 @@ A target is written as a string in the spirit of TVM's: a kind, then ``-key=valu
     c -march=native -lanes=8   any fact may be overridden by hand
 
 It carries what schedules, the tuner and the emitters need: the float32 vector ``lanes``, the
-number of vector ``registers``, the ``l1``/``l2`` data-cache sizes in bytes, the C
+number of vector ``registers``, the ``l1``/``l2`` data-cache sizes in bytes (and the
+last level's, ``l3``, where known), the C
 ``compiler`` and its ``flags``. Schedule blocks read the first four by name
 (``split(C.j, lanes)``, ``require ti * tj // lanes <= registers - 2``).
 
@@ -34,6 +35,7 @@ from .errors import BuildError, TdslError
 
 DEFAULT_L1 = 32 * 1024          # bytes: the common L1d of x86 and Arm application cores
 DEFAULT_L2 = 512 * 1024         # bytes: a per-core L2 of that class (Zen 3, Cortex-A7x)
+DEFAULT_L3 = 0                  # bytes of last-level cache where unknown: no use made of it
 
 # Prefixes of the compiler macros that name an instruction-set extension: a target whose
 # macros include one the host's ``-march=native`` lacks would die of SIGILL here.
@@ -56,11 +58,12 @@ class TargetError(TdslError):
 
 class _ParsedFromString(type):
     """``Target("c -march=x86-64-v3")`` parses, as TVM's ``Target("llvm -mcpu=...")`` does;
-    the field-by-field constructor is for resolvers."""
-    def __call__(cls, spec="c", *fields, **named):
-        if fields or named:
-            return super().__call__(spec, *fields, **named)
-        return as_target(spec)
+    the field-by-field constructor is for resolvers (and ``dataclasses.replace``, which
+    names every field)."""
+    def __call__(cls, *fields, **named):
+        if len(fields) > 1 or named:
+            return super().__call__(*fields, **named)
+        return as_target(fields[0] if fields else "c")
 
 
 @dataclass(frozen=True)
@@ -84,6 +87,9 @@ class Target(metaclass=_ParsedFromString):
     # 1 where schedules use the int8 tile unit (AMX-INT8's tdpbusd: 16 x 16 i32 sums of 64
     # u8 x i8 products per instruction), the `amx` constant of schedule blocks
     amx: int = 0
+    # bytes of the last-level cache (shared), 0 where unknown: outputs of half that size or
+    # more are stored past the caches (emit_c/c.py's streaming stores)
+    l3: int = DEFAULT_L3
 
     @staticmethod
     def parse(spec: str) -> "Target":
@@ -165,6 +171,7 @@ class Target(metaclass=_ParsedFromString):
                  f"lanes      {self.lanes} (float32 per vector)",
                  f"registers  {self.registers} vector registers",
                  f"l1         {self.l1 // 1024} KiB", f"l2         {self.l2 // 1024} KiB",
+                 f"l3         {f'{self.l3 // 1024} KiB' if self.l3 else 'unknown'}",
                  f"amx        {self.amx} (int8 sums in AMX tiles: {'yes' if self.amx else 'no'})",
                  f"compiler   {self.compiler} {' '.join(self.flags)}"]
         if self.warp:
@@ -243,7 +250,7 @@ def _int_option(options: dict, name: str, default: int) -> int:
 
 
 # Options of the C kinds, besides the ISA ones handed to the compiler.
-_C_OPTIONS = {"march", "mcpu", "mtune", "cc", "lanes", "registers", "l1", "l2", "amx"}
+_C_OPTIONS = {"march", "mcpu", "mtune", "cc", "lanes", "registers", "l1", "l2", "l3", "amx"}
 
 
 @register_kind("c")
@@ -262,7 +269,7 @@ def _resolve_c(options: dict) -> Target:
     arch = _arch_of(macros)
     lanes, registers = _vector_facts(macros)
     host = arch == host_arch() and compiler == "gcc"
-    l1, l2 = host_caches() if host else (DEFAULT_L1, DEFAULT_L2)
+    l1, l2, l3 = host_caches() if host else (DEFAULT_L1, DEFAULT_L2, DEFAULT_L3)
     lanes = _int_option(options, "lanes", lanes)
     registers = _int_option(options, "registers", registers)
     flags = ["-O3", *isa_flags]
@@ -290,7 +297,7 @@ def _resolve_c(options: dict) -> Target:
     return Target("c", tuple(sorted(options.items())), arch, lanes, registers,
                   _int_option(options, "l1", l1), _int_option(options, "l2", l2),
                   compiler, tuple(flags), frozenset(m for m in macros if m.startswith(_ISA_MACROS)),
-                  amx=int(amx))
+                  amx=int(amx), l3=_int_option(options, "l3", l3))
 
 
 def _compiler_for(options: dict) -> str:
@@ -504,8 +511,9 @@ def host_grants_amx() -> bool:
 
 
 @functools.lru_cache(maxsize=None)
-def host_caches() -> tuple[int, int]:
-    """(L1d, L2) bytes per core from sysfs, the defaults where it says nothing."""
+def host_caches() -> tuple[int, int, int]:
+    """(L1d, L2, L3) bytes from sysfs (L1d and L2 per core), the defaults where it says
+    nothing."""
     found = {}
     base = "/sys/devices/system/cpu/cpu0/cache"
     try:
@@ -522,9 +530,9 @@ def host_caches() -> tuple[int, int]:
                 size = _parse_size(f.read().strip())
         except (OSError, ValueError):
             continue
-        if kind in ("Data", "Unified") and level in (1, 2):
+        if kind in ("Data", "Unified") and level in (1, 2, 3):
             found[level] = size
-    return found.get(1, DEFAULT_L1), found.get(2, DEFAULT_L2)
+    return found.get(1, DEFAULT_L1), found.get(2, DEFAULT_L2), found.get(3, DEFAULT_L3)
 
 
 def _parse_size(text: str) -> int:

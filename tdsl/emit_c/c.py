@@ -14,12 +14,14 @@ reference raises; see `expressions.FIRST_READ_FAULT`).
 from __future__ import annotations
 
 import hashlib
+import math
 from dataclasses import dataclass
 
 from ..errors import BuildError
 from ..lowering import te
-from ..lowering.loop_ir import (Allocate, Buffer, For, ForKind, If, LetStmt, LoweredFunc, Seq,
-                                Store, split_dtype)
+from ..lowering.loop_ir import (AddressOf, Allocate, Buffer, BufferLoad, For, ForKind, If,
+                                LetStmt, LoweredFunc, Prefetch, Seq, Store, split_dtype,
+                                walk_stmt)
 from .helpers import element_size
 from .names import identifier_chars
 from .printer import CFamilyPrinter, indent
@@ -57,7 +59,7 @@ class GnuVectors:
         self.vector_type(dtype)
         return f"tdsl_load_{dtype}({address})"
 
-    def vector_store(self, dtype: str, address: str, value: str) -> str:
+    def vector_store(self, dtype: str, address: str, value: str, buffer=None) -> str:
         self.vector_type(dtype)
         return f"tdsl_store_{dtype}({address}, {value})"
 
@@ -86,6 +88,8 @@ class GnuVectors:
 # took 0.605 ms against 0.689 (Zen 4, two threads, both builds interleaved in one process;
 # MobileNetV2, BERT and one thread unchanged)
 MIN_PARALLEL_WORK = 1 << 17
+
+_PARALLEL_FOR = "#pragma omp parallel for schedule(static)"
 
 
 def static_work(s, fixed: dict | None = None) -> int | None:
@@ -117,6 +121,38 @@ def static_work(s, fixed: dict | None = None) -> int | None:
     return None                  # a micro-kernel call (Evaluate) and the like: unknown work
 
 
+def streamed_outputs(func: LoweredFunc, target, fixed: dict) -> set[int]:
+    """The outputs (ids) of ``func`` that its vector stores write past the caches: those of
+    a size fixed at build time and at least half the target's last-level cache
+    (`Target.l3`) that the kernel never reads back (no load, no address taken, no
+    prefetch).
+
+    A plain store first reads the line it writes (a read for ownership) and fills the caches
+    with lines the kernel will not read again, pushing out its input: softmax of 4096 x 1024
+    floats (16 MiB in and 16 MiB out, a 32 MiB L3) took 0.96-1.05 ms on two Zen 4 cores,
+    0.73-0.74 streamed (onnxruntime 0.65-0.70). At 8 MiB out the caches still held both and
+    streaming was 3% slower."""
+    if not target.l3:
+        return set()
+    touched = set()             # buffers read, or handed on by address, anywhere
+    for stmt in walk_stmt(func.body):
+        if isinstance(stmt, Prefetch):
+            touched.add(id(stmt.buffer))
+        for name in te.field_names(stmt):
+            value = getattr(stmt, name)
+            for e in (value if isinstance(value, tuple) else (value,)):
+                if isinstance(e, te.Expr):
+                    touched.update(id(x.buffer) for x in te.walk(e)
+                                   if isinstance(x, (BufferLoad, AddressOf)))
+    out = set()
+    for b in func.params[func.num_inputs:]:
+        dims = [d.value if isinstance(d, te.Const) else fixed.get(d) for d in b.shape]
+        if b.shape and id(b) not in touched and all(isinstance(d, int) for d in dims) and \
+                element_size(b.dtype) * math.prod(dims) >= target.l3 // 2:
+            out.add(id(b))
+    return out
+
+
 class HostC(GnuVectors, CFamilyPrinter):
     language = "host C"
     # to L2 and outward (prefetcht1 on x86): a schedule prefetches the data of its next
@@ -137,11 +173,31 @@ class HostC(GnuVectors, CFamilyPrinter):
 
     lane_loop_pragmas = ["#pragma omp simd"]
     _parallel_work: int | None = None       # the stores of the parallel loop being printed
+    _streams: set[int] = set()              # the outputs stored past the caches (ids)
+
+    def function(self) -> list[str]:
+        self._streams = streamed_outputs(self.func, self.target, self.fixed)
+        return super().function()
+
+    def vector_store(self, dtype: str, address: str, value: str, buffer=None) -> str:
+        if id(buffer) not in self._streams:
+            return super().vector_store(dtype, address, value)
+        return f"{self.helpers.stream_store(dtype)}({address}, {value})"
+
+    def closing(self) -> list[str]:
+        return [f"{self.helpers.sfence()}();"] if self._streams else []
 
     def visit_For(self, s) -> list[str]:
         if s.kind is ForKind.PARALLEL:
             self._parallel_work = static_work(s, self.fixed)
-        return super().visit_For(s)
+        lines = super().visit_For(s)
+        if self._streams and lines[0].startswith(_PARALLEL_FOR):
+            # each thread orders its stores past the caches before the team's barrier
+            clause = lines[0][len(_PARALLEL_FOR):]
+            lines = ["#pragma omp parallel" + clause, "{",
+                     *indent(["#pragma omp for schedule(static) nowait", *lines[1:],
+                              f"{self.helpers.sfence()}();"]), "}"]
+        return lines
 
     def loop_pragmas(self, kind: ForKind, extent: te.Expr) -> list[str]:
         if kind is ForKind.PARALLEL:
@@ -161,7 +217,7 @@ class HostC(GnuVectors, CFamilyPrinter):
                 clause = " if(0)" if extent.value <= 1 else ""
             else:
                 clause = f" if({self.expr(extent)} > 1)"
-            return [f"#pragma omp parallel for schedule(static){clause}"]
+            return [f"{_PARALLEL_FOR}{clause}"]
         if kind is ForKind.VECTORIZED:
             return ["#pragma omp simd"]
         if kind is ForKind.UNROLLED and isinstance(extent, te.Const) and \

@@ -63,7 +63,8 @@ class CExpressionPrinter:
     def vector_load(self, dtype: str, address: str) -> str:
         raise BuildError(f"the {self.language} backend has no vector loads")
 
-    def vector_store(self, dtype: str, address: str, value: str) -> str:
+    def vector_store(self, dtype: str, address: str, value: str, buffer=None) -> str:
+        """``buffer``: the `Buffer` stored into (a printer may store some past the caches)."""
         raise BuildError(f"the {self.language} backend has no vector stores")
 
     def broadcast(self, dtype: str, value: str) -> str:

@@ -234,6 +234,25 @@ _ROUND_VECTOR = """\
     return x;
 }}"""
 
+# A vector store past the caches (non-temporal: movnt*, no read for ownership, no cache line
+# filled) where the address is aligned to the vector (the instructions fault otherwise),
+# else the plain store; elsewhere than x86 the plain store. Such stores are weakly ordered:
+# each thread that made them runs tdsl_sfence before its work is read.
+_STREAM = """\
+{q} void tdsl_stream_{vd}({t}* p, {v} x) {{
+{fast}    memcpy(p, &x, sizeof x);
+}}"""
+# per vector size in bytes: the ISA's guard, the non-temporal store and its vector type
+_STREAM_X86 = {64: ("defined(__AVX512F__)", "_mm512_stream_si512", "__m512i"),
+               32: ("defined(__AVX__)", "_mm256_stream_si256", "__m256i"),
+               16: ("defined(__SSE2__)", "_mm_stream_si128", "__m128i")}
+_SFENCE = """\
+{q} void tdsl_sfence(void) {{
+#if defined(__SSE__)
+    _mm_sfence();
+#endif
+}}"""
+
 # The int8 dot product (vectorize.py's dot4_u8i8): lane j of the result is acc[j] plus the
 # four products a[k] * b[4 j + k] of unsigned a and signed b, exact in i32. Where the target
 # has VNNI that is one vpdpbusd, with Arm's I8MM one usdot, with Armv8.2's dot product
@@ -781,6 +800,26 @@ class Helpers:
         self._add(f"round_{dtype}", _ROUND_VECTOR, "f32", v=v, vd=dtype, lanes=lanes,
                   fast=fast)
         return f"tdsl_round_{dtype}"
+
+    def stream_store(self, dtype: str) -> str:
+        """The store past the caches of a ``dtype`` ("f32x16") vector (`_STREAM`)."""
+        scalar, lanes = dtype.split("x")
+        v = self.vector(scalar, int(lanes))
+        x86 = _STREAM_X86.get(int(lanes) * _SIZES[scalar])
+        fast = ""
+        if x86:
+            guard, fn, m = x86
+            self._x86_header()
+            fast = (f"#if {guard}\n    if (((uintptr_t)p & {int(lanes) * _SIZES[scalar] - 1}) == 0) "
+                    f"{{ {fn}(({m}*)p, ({m})x); return; }}\n#endif\n")
+        self._add(f"stream_{dtype}", _STREAM, scalar, v=v, vd=dtype, fast=fast)
+        return f"tdsl_stream_{dtype}"
+
+    def sfence(self) -> str:
+        """Orders this thread's stores past the caches before what follows (`_SFENCE`)."""
+        self._x86_header()
+        self._add("sfence", _SFENCE)
+        return "tdsl_sfence"
 
     def dot4_u8i8(self, dtype: str) -> str:
         """The int8 dot product on ``dtype`` ("i32x16") accumulators (`_DOT4_U8I8`)."""

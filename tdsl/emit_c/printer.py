@@ -84,6 +84,10 @@ class CFamilyPrinter(CExpressionPrinter):
     def align_attribute(self, align: int) -> str:
         return ""
 
+    def closing(self) -> list[str]:
+        """Statements the function runs last, before it returns."""
+        return []
+
     def thread_guard_needed(self, loop) -> bool:
         """Whether a thread-bound loop's index can pass its end (the launch is larger)."""
         return True
@@ -128,7 +132,7 @@ class CFamilyPrinter(CExpressionPrinter):
             head.insert(0, "int tdsl_status = 0;")
         tail = [] if self.return_type == "void" else \
             [f"return {'tdsl_status' if self.uses_status else '0'};"]
-        return [f"{self.prototype()} {{", *indent(head + body + tail), "}"]
+        return [f"{self.prototype()} {{", *indent(head + body + self.closing() + tail), "}"]
 
     # ------------------------------------------------------------ statements
     def stmt(self, s) -> list[str]:
@@ -190,7 +194,8 @@ class CFamilyPrinter(CExpressionPrinter):
         if base is not None and s.predicate is None and lanes_of(s.value) > 1 and \
                 simd_expressible(s.value, self.vector_type):
             address = f"&{self.buffer_name(s.buffer)}[{self.expr(base)}]"
-            return [self.vector_store(s.value.dtype, address, self.expr(s.value)) + ";"]
+            return [self.vector_store(s.value.dtype, address, self.expr(s.value),
+                                      s.buffer) + ";"]
         at = self._lane_var()
         scalar = Store(s.buffer, tuple(lane(i, at) for i in s.indices), lane(s.value, at),
                        None if s.predicate is None else lane(s.predicate, at))
