@@ -341,13 +341,18 @@ def _vector_facts(macros: frozenset[str]) -> tuple[int, int]:
 @functools.lru_cache(maxsize=None)
 def kernel_flags(target: Target, source: str) -> tuple[str, ...]:
     """The flags to compile a kernel's C ``source`` with: the target's, and for gcc 12 on
-    AVX2 or AVX-512 -fno-tree-loop-if-convert where a select reads a load. gcc 12.2 turns
-    such a select in a short inner loop under an outer one (`c ? B[i] : 0`,
-    `c ? A[i] : A[i] * B[i]`, extents 3 to 16) into masked loads with the wrong masks
-    (ONNX's PRelu cases gave wrong numbers). Other kernels keep if-conversion: their
-    exp/erf/min/max helpers are ternaries that vectorize only with it."""
+    AVX2 or AVX-512 -fno-tree-loop-if-convert where a select reads a load in a loop that may
+    run fewer times than a vector has lanes. gcc 12.2 turns such a select in a short inner
+    loop (`c ? B[i] : 0`, `c ? A[i] : A[i] * B[i]`) into masked loads with the wrong masks
+    (ONNX's PRelu cases gave wrong numbers): on a Zen 4, for 3 to 15 iterations of 16-lane
+    code (not 4 or 8) and 3 to 7 of 8-lane code, never for 17 to 48 or 8 to 48. Other
+    kernels keep if-conversion: their exp/erf/min/max helpers are ternaries that vectorize
+    only with it, and a padded copy's guarded reads (`inside ? X[i] : 0` along a row of 34)
+    ran 3x slower without it (a 256-channel 28 x 28 depthwise convolution: 190 us against
+    62)."""
     if target.kind in ("c", "c-embedded") and "__AVX2__" in target.isa and \
-            _gcc_major(target.compiler) in range(1, 13) and _reads_under_select(source):
+            _gcc_major(target.compiler) in range(1, 13) and \
+            _reads_under_select(source, target.lanes):
         return (*target.flags, "-fno-tree-loop-if-convert")
     return target.flags
 
@@ -358,9 +363,15 @@ _VECTOR_LOAD = re.compile(r"tdsl_load_\w+\(&\w+\[[^\[\]]*\]\)")
 _ACCESS = re.compile(r"\b\w+\[[^\[\]]*\]")
 
 
-def _reads_under_select(source: str) -> bool:
-    """Whether a statement of printed C indexes an array after a `?` (a select's branch
-    reads a load: the printer writes a select as `c ? t : f` and a load as `A[...]`) that
+# a loop as the printers write it: `for (int64_t x = MIN; x < END; ++x) {`
+_FOR = re.compile(r"^\s*for \(int64_t (\w+) = (\d+); \1 < (\d+); \+\+\1\) \{$")
+
+
+def _reads_under_select(source: str, lanes: int = 1) -> bool:
+    """Whether a statement of printed C, in a loop not known to run at least ``lanes``
+    times (a size known only at the call, or fewer), indexes an array after a `?` (a
+    select's branch reads a load: the printer writes a select as `c ? t : f` and a load as
+    `A[...]`) that
     the statement does not access before its first `?` as well. A load the condition (or
     the expression around the select) reads is read unconditionally, and a place the
     statement stores to is written unconditionally, so gcc makes no masked load of either
@@ -371,17 +382,38 @@ def _reads_under_select(source: str) -> bool:
     vector does not count: that select is between two vectors on one condition (a padded
     copy's `inside ? load(&X[i]) : broadcast(0)`), nothing for if-conversion to vectorize,
     while the flag costs the kernel's other loops (an int8 convolution's register tile
-    spilled: 1.35 ms against 0.71)."""
-    for stmt in source.split(";"):
-        if "?" not in stmt:
+    spilled: 1.35 ms against 0.71). A statement outside every loop is not if-converted."""
+    blocks: list[int | None] = []     # per open brace: a loop's iterations (None: unknown)
+    for line in source.splitlines():
+        code = line.strip()
+        if code.startswith("}"):
+            blocks and blocks.pop()
+        loop = _FOR.match(line)
+        if loop:
+            blocks.append(int(loop[3]) - int(loop[2]))
             continue
-        head, tail = stmt[:stmt.index("?")], _VECTOR_LOAD.sub("", stmt[stmt.index("?"):])
-        unconditional = set() if "&&" in head or "||" in head else set(_ACCESS.findall(head))
-        if any(a not in unconditional for a in _ACCESS.findall(tail)):
-            return True
-        if "[" in _ACCESS.sub("", tail):         # an access of a nested index
-            return True
+        if code.startswith("for ") and code.endswith("{"):
+            blocks.append(None)
+            continue
+        if code.endswith("{"):
+            blocks.append(blocks[-1] if blocks else 0)     # a block inside the same loop
+            continue
+        if "?" not in code or not blocks or blocks[-1] == 0:
+            continue
+        if blocks[-1] is not None and blocks[-1] >= lanes:
+            continue
+        for stmt in code.split(";"):
+            if "?" in stmt and _select_reads_a_load(stmt):
+                return True
     return False
+
+
+def _select_reads_a_load(stmt: str) -> bool:
+    head, tail = stmt[:stmt.index("?")], _VECTOR_LOAD.sub("", stmt[stmt.index("?"):])
+    unconditional = set() if "&&" in head or "||" in head else set(_ACCESS.findall(head))
+    if any(a not in unconditional for a in _ACCESS.findall(tail)):
+        return True
+    return "[" in _ACCESS.sub("", tail)         # an access of a nested index
 
 
 @functools.lru_cache(maxsize=None)
