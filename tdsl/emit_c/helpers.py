@@ -801,9 +801,8 @@ class Helpers:
         fast = ""
         if x86:
             guard, fn, m = x86
-            self._x86_header()
-            fast = (f"#if {guard}\n    return ({v}){fn}(({m})x, _MM_FROUND_TO_NEAREST_INT | "
-                    f"_MM_FROUND_NO_EXC);\n#endif\n")
+            fast = self._x86_path(guard, f"return ({v}){fn}(({m})x, _MM_FROUND_TO_NEAREST_INT "
+                                         f"| _MM_FROUND_NO_EXC);")
         self._add(f"round_{dtype}", _ROUND_VECTOR, "f32", v=v, vd=dtype, lanes=lanes,
                   fast=fast)
         return f"tdsl_round_{dtype}"
@@ -811,16 +810,19 @@ class Helpers:
     def stream_store(self, dtype: str) -> str:
         """The store past the caches of a ``dtype`` ("f32x16") vector (`_STREAM`)."""
         scalar, lanes = dtype.split("x")
-        v = self.vector(scalar, int(lanes))
-        x86 = _STREAM_X86.get(int(lanes) * _SIZES[scalar])
+        v, size = self.vector(scalar, int(lanes)), int(lanes) * _SIZES[scalar]
         fast = ""
-        if x86:
-            guard, fn, m = x86
-            self._x86_header()
-            fast = (f"#if {guard}\n    if (((uintptr_t)p & {int(lanes) * _SIZES[scalar] - 1}) == 0) "
-                    f"{{ {fn}(({m}*)p, ({m})x); return; }}\n#endif\n")
+        if size in _STREAM_X86:
+            guard, fn, m = _STREAM_X86[size]
+            fast = self._x86_path(guard, f"if (((uintptr_t)p & {size - 1}) == 0) "
+                                         f"{{ {fn}(({m}*)p, ({m})x); return; }}")
         self._add(f"stream_{dtype}", _STREAM, scalar, v=v, vd=dtype, fast=fast)
         return f"tdsl_stream_{dtype}"
+
+    def _x86_path(self, guard: str, statement: str) -> str:
+        """``statement`` under the ISA macro ``guard``, x86's intrinsics included."""
+        self._x86_header()
+        return f"#if {guard}\n    {statement}\n#endif\n"
 
     def sfence(self) -> str:
         """Orders this thread's stores past the caches before what follows (`_SFENCE`)."""
