@@ -371,8 +371,7 @@ def _reads_under_select(source: str, lanes: int = 1) -> bool:
     """Whether a statement of printed C, in a loop not known to run at least ``lanes``
     times (a size known only at the call, or fewer), indexes an array after a `?` (a
     select's branch reads a load: the printer writes a select as `c ? t : f` and a load as
-    `A[...]`) that
-    the statement does not access before its first `?` as well. A load the condition (or
+    `A[...]`) that the statement does not access before its first `?` as well. A load the condition (or
     the expression around the select) reads is read unconditionally, and a place the
     statement stores to is written unconditionally, so gcc makes no masked load of either
     (it knows neither can fault): tanh's `fabsf(x) < 0.625f ? poly(x) : ...` of a loaded x
@@ -386,8 +385,8 @@ def _reads_under_select(source: str, lanes: int = 1) -> bool:
     blocks: list[int | None] = []     # per open brace: a loop's iterations (None: unknown)
     for line in source.splitlines():
         code = line.strip()
-        if code.startswith("}"):
-            blocks and blocks.pop()
+        if code.startswith("}") and blocks:
+            blocks.pop()
         loop = _FOR.match(line)
         if loop:
             blocks.append(int(loop[3]) - int(loop[2]))

@@ -74,9 +74,9 @@ _DOTS = {"dot4_u8i8": (4, "u8", "i8"), "dot2_i16": (2, "i16", "i16")}
 def _source(target: Target, kind: str) -> tuple[str, int]:
     """The timed loop's C source for ``kind`` and its operations per thread and iteration."""
     lanes = target.lanes
-    chains = max(2, min(10, target.registers - 4))
-    names = [f"c{k}" for k in range(chains)]
     if kind == "fma":
+        chains = max(2, min(10, target.registers - 4))
+        names = [f"c{k}" for k in range(chains)]
         vec = f"tdsl_f32x{lanes}"
         setup = (f"        {vec} a = {{0}}, b = {{0}};\n"
                  "        a += seed; b += 1.0f - seed * 1e-9f;\n"
@@ -86,9 +86,9 @@ def _source(target: Target, kind: str) -> tuple[str, int]:
                  + ";")
         body = "            " + " ".join(f"{n} = {n} * b + a;" for n in names)
         helpers = f"typedef float {vec} __attribute__((vector_size({4 * lanes})));"
+        ops = 2 * lanes * chains
         return (_SOURCE.format(helpers=helpers, setup=setup, body=body, acc=vec, lanes=lanes,
-                               sum=" + ".join(names), ops=2 * lanes * chains),
-                2 * lanes * chains)
+                               sum=" + ".join(names), ops=ops), ops)
     # as a register tile: rows of activations by columns of weight vectors, each chain its
     # own pair, so that none shares a product with another (a plain-C dot product's would
     # be computed once); the activations loaded anew each iteration, as a kernel's are, so
