@@ -352,7 +352,7 @@ _EXP_F32 = """\
 # first (an unordered compare returns the second operand, so a NaN passes through them and
 # through the polynomial, and needs no select of its own), and vscalefps computes p * 2^n
 # with one rounding (denormal results and overflow to inf included), in place of the
-# conversion, shifts and two multiplies: 15 operations instead of 26, softmax 4096x1024 in
+# conversion, shifts and two multiplies: 13 operations instead of 31, softmax 4096x1024 in
 # 0.75x the time.
 _EXP_VECTOR_PORTABLE = """\
     {iv} above = x > -104.0f;
@@ -377,10 +377,26 @@ _EXP_VECTOR_AVX512 = """\
     return ({v})_mm512_scalef_ps((__m512)p, (__m512)n);
 """
 
+# With AVX's 8 lanes: the clamps are vmaxps/vminps with x first (a NaN clamps to -104, so
+# n stays finite for the conversion) and the NaN select one vblendvps: 23 operations where
+# the portable code's selects through integer masks took 31 (softmax 4096 x 1024 as
+# x86-64-v3 code, one thread of a Zen 4: 1.38-1.53 -> 1.28-1.30 ms).
+_EXP_VECTOR_AVX = """\
+    {v} c = ({v})_mm256_min_ps(_mm256_max_ps((__m256)x, _mm256_set1_ps(-104.0f)),
+                                 _mm256_set1_ps(89.0f));
+    {v} n = (c * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+""" + _EXP_POLYNOMIAL + """\
+    {iv} k = __builtin_convertvector(n, {iv});
+    {iv} k1 = k >> 1, k2 = k - k1;
+    {v} y = p * ({v})((k1 + 127) * 8388608) * ({v})((k2 + 127) * 8388608);
+    return ({v})_mm256_blendv_ps((__m256)y, (__m256)x,
+                                 _mm256_cmp_ps((__m256)x, (__m256)x, _CMP_UNORD_Q));
+"""
+
 _EXP_VECTOR_F32 = "{head}{q} {v} tdsl_exp_{vd}({v} x) {{\n{body}}}"
-_EXP_VECTOR_F32X16 = dict(
-    head="#if defined(__AVX512F__)\n#include <immintrin.h>\n#endif\n",
-    body=f"#if defined(__AVX512F__)\n{_EXP_VECTOR_AVX512}#else\n{_EXP_VECTOR_PORTABLE}#endif\n")
+# per lanes: the x86 path and its guard, the portable code elsewhere
+_EXP_VECTOR_X86 = {16: ("defined(__AVX512F__)", _EXP_VECTOR_AVX512),
+                   8: ("defined(__AVX__)", _EXP_VECTOR_AVX)}
 
 # sqrt of a whole GNU vector: libm's sqrt lane by lane, which gcc turns into one vsqrtps
 # (sqrtps, fsqrt) of the vector (-fno-math-errno: no errno to set), so the square root
@@ -640,11 +656,14 @@ class Helpers:
         if dtype.startswith("f32x"):
             lanes = int(dtype[4:])
             v, iv = self.vector("f32", lanes), self.vector("i32", lanes)
-            parts = _EXP_VECTOR_F32X16 if lanes == 16 else \
-                dict(head="", body=_EXP_VECTOR_PORTABLE)
+            head, body = "", _EXP_VECTOR_PORTABLE
+            if lanes in _EXP_VECTOR_X86:
+                guard, fast = _EXP_VECTOR_X86[lanes]
+                head = f"#if {guard}\n#include <immintrin.h>\n#endif\n"
+                body = f"#if {guard}\n{fast}#else\n{body}#endif\n"
             names = dict(v=v, iv=iv, vd=dtype)
-            self._add(f"exp_{dtype}", _EXP_VECTOR_F32, "f32", head=parts["head"],
-                      body=parts["body"].format(**names), **names)
+            self._add(f"exp_{dtype}", _EXP_VECTOR_F32, "f32", head=head,
+                      body=body.format(**names), **names)
             return f"tdsl_exp_{dtype}"
         if dtype != "f32":
             return "exp"
