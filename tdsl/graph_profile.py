@@ -186,9 +186,8 @@ def profile(module, inputs, passes: int = 20, peak="measured", ghz: float | None
     compiled = module.compiled(*inputs)
     dots = [integer_dot(compiled, g, f, target) for g, f in
             zip(compiled.groups, compiled.functions)]
-    integer_peaks = {kind: dot_peak(target, kind, integer_peak)
-                     for kind in dict.fromkeys(d for d in dots if d)}
-    integer_peaks = {kind: gops for kind, gops in integer_peaks.items() if gops}
+    integer_peaks = {} if integer_peak is None else \
+        {kind: dot_peak(target, kind, integer_peak) for kind in dict.fromkeys(d for d in dots if d)}
     compiled, best = kernel_times(module, inputs, passes)
     calls = []
     for _ in range(passes):
@@ -270,35 +269,43 @@ WINOGRAD = "conv2d_winograd"          # the ops whose flops count as the direct 
 _MEASURED: dict[tuple[str, str], float] = {}   # (target, kind) -> measured peak, per process
 
 
-def dot_peak(target, kind: str, peak="measured") -> float | None:
-    """GOP/s of the integer dot product ``kind`` for `profile`'s ``integer_peak``."""
-    if peak is None:
-        return None
-    if isinstance(peak, (int, float)) and not isinstance(peak, bool):
-        if peak <= 0:
-            raise TdslError(f"a peak must be positive, got {peak} GOP/s")
-        return float(peak)
-    if peak != "measured":
-        raise TdslError(f"integer_peak must be 'measured', GOP/s or None, got {peak!r}")
+def _measured(target, kind: str) -> float:
+    """`measure_peak`'s figure for ``kind`` (`emit_c.peak.KINDS`), once per target and
+    process."""
     if (str(target), kind) not in _MEASURED:
         from .emit_c.peak import measure_peak
         _MEASURED[str(target), kind] = measure_peak(target, kind=kind).gflops
     return _MEASURED[str(target), kind]
 
 
+def _given(peak, unit: str) -> float | None:
+    """A peak given as a figure, checked; None where ``peak`` is not a number."""
+    if not isinstance(peak, (int, float)) or isinstance(peak, bool):
+        return None
+    if peak <= 0:
+        raise TdslError(f"a peak must be positive, got {peak} {unit}")
+    return float(peak)
+
+
+def dot_peak(target, kind: str, peak="measured") -> float:
+    """GOP/s of the integer dot product ``kind`` for `profile`'s ``integer_peak``."""
+    given = _given(peak, "GOP/s")
+    if given is not None:
+        return given
+    if peak != "measured":
+        raise TdslError(f"integer_peak must be 'measured', GOP/s or None, got {peak!r}")
+    return _measured(target, kind)
+
+
 def target_peak(target, peak="measured", ghz: float | None = None) -> tuple[float, str]:
     """``(GFLOP/s, how it was found)`` for `profile`'s ``peak``."""
     target = as_target(target)
-    if isinstance(peak, (int, float)) and not isinstance(peak, bool):
-        if peak <= 0:
-            raise TdslError(f"a peak must be positive, got {peak} GFLOP/s")
-        return float(peak), "as given"
+    given = _given(peak, "GFLOP/s")
+    if given is not None:
+        return given, "as given"
     if peak == "measured":
-        if (str(target), "fma") not in _MEASURED:
-            from .emit_c.peak import measure_peak
-            _MEASURED[str(target), "fma"] = measure_peak(target).gflops
-        return _MEASURED[str(target), "fma"], "measured (vector FMAs on all cores, `tdsl target " \
-                                       "--measure`)"
+        return _measured(target, "fma"), "measured (vector FMAs on all cores, `tdsl target " \
+                                         "--measure`)"
     if peak == "formula":
         clock = ghz or host_ghz()
         return target.peak_gflops(clock), (

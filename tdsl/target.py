@@ -371,13 +371,12 @@ def _reads_under_select(source: str, lanes: int = 1) -> bool:
     """Whether a statement of printed C, in a loop not known to run at least ``lanes``
     times (a size known only at the call, or fewer), indexes an array after a `?` (a
     select's branch reads a load: the printer writes a select as `c ? t : f` and a load as
-    `A[...]`) that the statement does not access before its first `?` as well. A load the condition (or
-    the expression around the select) reads is read unconditionally, and a place the
-    statement stores to is written unconditionally, so gcc makes no masked load of either
-    (it knows neither can fault): tanh's `fabsf(x) < 0.625f ? poly(x) : ...` of a loaded x
-    (an LSTM step: 4.0 us with the flag, 1.4 without). A load before the first `?` that
-    follows a `&&` or `||`
-    is conditional, so such a statement keeps the old test. A branch that loads a whole
+    `A[...]`) that the statement does not access before its first `?` as well. A load the
+    condition (or the expression around the select) reads is read unconditionally, and a
+    place the statement stores to is written unconditionally, so gcc makes no masked load of
+    either (it knows neither can fault): tanh's `fabsf(x) < 0.625f ? poly(x) : ...` of a
+    loaded x (an LSTM step: 4.0 us with the flag, 1.4 without). A load before the first `?`
+    that follows a `&&` or `||` is conditional, so such a statement keeps the old test. A branch that loads a whole
     vector does not count: that select is between two vectors on one condition (a padded
     copy's `inside ? load(&X[i]) : broadcast(0)`), nothing for if-conversion to vectorize,
     while the flag costs the kernel's other loops (an int8 convolution's register tile

@@ -1,7 +1,8 @@
 """Outputs of a size fixed at build time, at least half the last-level cache, that a kernel
-never reads back are stored past the caches (non-temporal vector stores, emit_c/c.py `streamed_outputs`), each thread fencing
-its stores before the team's barrier: the values are the plain stores' whatever the output's
-alignment, and an output the kernel reads back is never streamed."""
+never reads back are stored past the caches (non-temporal vector stores, emit_c/c.py
+`streamed_outputs`), each thread fencing its stores before the team's barrier: the values
+are the plain stores' whatever the output's alignment, and an output the kernel reads back
+is never streamed."""
 from __future__ import annotations
 
 import dataclasses
