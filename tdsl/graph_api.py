@@ -28,7 +28,8 @@ from .lowering.intrinsics import INTRINSICS
 from .lowering.lower import lower
 from .lowering.reference.semantics import evaluate
 from .lowering.schedule import CacheWrite
-from .lowering.sizes import check_allocation, empty as checked_empty, nbytes as exact_nbytes
+from .lowering.sizes import (ALIGNED_MIN_BYTES, check_allocation, empty as checked_empty,
+                             nbytes as exact_nbytes)
 from .target import Target, as_target
 from .tuner.log import Workload, best_record, read_log
 
@@ -372,7 +373,9 @@ class GraphModule:
             bound.run.run_on(bindings)
             outs = [o.copy() for o in bound.outputs]
         else:
-            outs = [np.empty(o.shape, o.dtype) for o in bound.outputs]
+            outs = [np.empty(o.shape, o.dtype) if o.nbytes < ALIGNED_MIN_BYTES else   # fast
+                    checked_empty(o.shape, o.dtype, f"an output of graph {self.graph.ir.name}")
+                    for o in bound.outputs]
             bindings += [(slots, o.ctypes.data) for slots, o in zip(bound.output_slots, outs)]
             bound.run.run_on(bindings)
         return outs[0] if len(outs) == 1 else tuple(outs)
@@ -546,9 +549,7 @@ def _on_cache_lines(a):
 
 
 def _aligned_empty(nbytes: int, what: str = "an arena") -> np.ndarray:
-    raw = checked_empty((nbytes + memory.ALIGN,), np.uint8, what)
-    start = -raw.ctypes.data % memory.ALIGN
-    return raw[start:start + nbytes]
+    return checked_empty((nbytes,), np.uint8, what, aligned=True)
 
 
 def _shape_text(ir, v, sizes) -> str:

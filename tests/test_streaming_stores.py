@@ -78,3 +78,23 @@ def test_the_parallel_loop_fences_in_every_thread():
     assert body.index("tdsl_sfence();") < body.index("return")
     x = np.random.default_rng(2).standard_normal(1 << 20).astype(np.float32)
     np.testing.assert_array_equal(k(x), x * 2 + 1)
+
+
+@pytest.mark.parametrize("dtype", ["f32", "u8", "f64"])
+def test_large_outputs_start_on_a_cache_line(dtype):
+    """numpy starts a large array 16 bytes past a page, where no vector store of it would be
+    aligned and none could stream: outputs from ALIGNED_MIN_BYTES on start on a cache line,
+    a kernel's (sizes fixed at the build or bound at the call) and a graph's, and keep their
+    values."""
+    from tdsl.lowering.sizes import ALIGNED_MIN_BYTES, CACHE_LINE
+    n = ALIGNED_MIN_BYTES // {"f32": 4, "u8": 1, "f64": 8}[dtype] + 3
+    module = tdsl.loads(f"op widen(X: f32[N]) -> Y: {dtype}[N] {{\n"
+                        f"    Y[i] = {dtype}(X[i] * 2.0)\n}}\n\n"
+                        f"graph g(X: f32[N]) -> Y: {dtype}[N] {{\n    Y = widen(X)\n}}\n")
+    x = np.random.default_rng(3).uniform(0, 100, n).astype(np.float32)
+    want = module["widen"].reference(x)
+    fixed = module["widen"].build(shapes={"N": n})
+    bound_at_call = module["widen"].build()
+    for y in (fixed(x), bound_at_call(x), bound_at_call(x[3:]), module["g"].build()(x)):
+        assert y.ctypes.data % CACHE_LINE == 0 and y.flags.c_contiguous and y.flags.writeable
+        np.testing.assert_array_equal(y, want[n - len(y):])

@@ -177,9 +177,12 @@ class Kernel:
             env = self._bind_sizes(inputs)
             sizes.check_shapes(self.func.attrs.get("stage_shapes", ()), env)
             check_reads(self.func.attrs.get("reads", ()), env)
-            bound = self._bound[key] = ([env[v.name] for v in self._free_sizes],
-                                        [self._output_shape(b, env) for b in self._outputs])
-        free_sizes, shapes = bound
+            shapes = [self._output_shape(b, env) for b in self._outputs]
+            bound = self._bound[key] = (
+                [env[v.name] for v in self._free_sizes], shapes,
+                [sizes.nbytes(s, d) >= sizes.ALIGNED_MIN_BYTES
+                 for s, d in zip(shapes, self._out_dtypes)])
+        free_sizes, shapes, large_outputs = bound
         # copies of strided inputs only now that the sizes and outputs are known to be sane
         # (a broadcast view of 2**31 elements is small; its dense copy may not fit)
         for i, a in enumerate(inputs):
@@ -187,10 +190,12 @@ class Kernel:
                 inputs[i] = sizes.contiguous(a, f"the dense copy of argument "
                                                 f"'{self._inputs[i].name}' of '{self.func.name}'")
         if out is None:
-            try:
-                outputs = list(map(np.empty, shapes, self._out_dtypes))
+            try:                # large outputs on a cache line, by sizes.empty
+                outputs = [self._empty(b, s, d) if large else np.empty(s, d)
+                           for b, s, d, large in zip(self._outputs, shapes,
+                                                     self._out_dtypes, large_outputs)]
             except MemoryError:         # fits the machine, not its free memory now: named
-                outputs = [sizes.empty(s, d, f"output '{b.name}' of '{self.func.name}'")
+                outputs = [self._empty(b, s, d)
                            for b, s, d in zip(self._outputs, shapes, self._out_dtypes)]
         else:
             outputs = self._checked_out(out, shapes, inputs)
@@ -232,6 +237,9 @@ class Kernel:
                       for d, dim in enumerate(buf.shape))
         sizes.check_allocation(shape, to_numpy(buf.dtype), what)
         return shape
+
+    def _empty(self, buffer: Buffer, shape, dtype) -> np.ndarray:
+        return sizes.empty(shape, dtype, f"output '{buffer.name}' of '{self.func.name}'")
 
     def _checked_out(self, out, shapes, inputs) -> list[np.ndarray]:
         outs = list(out) if isinstance(out, (tuple, list)) else [out]

@@ -253,12 +253,30 @@ def check_allocation(shape: Sequence[int], dtype, what: str) -> int:
     return need
 
 
-def empty(shape: Sequence[int], dtype, what: str) -> np.ndarray:
+# numpy's arrays start where malloc puts them: 16 bytes past a page for a large first one,
+# anywhere on 16 bytes once malloc serves them from its heap. Off a cache line, each 64-byte
+# vector store spans two lines and a kernel's streaming stores (emit_c/c.py), which need
+# an aligned vector, fall back to plain ones: softmax of 4096 x 1024 on two Zen 4 cores
+# (AVX-512) took 1.42-1.50 ms (median) into an output 16 bytes off a line against 0.85-1.07
+# into an aligned one, the same process, calls alternating. So arrays from this many bytes
+# start on a cache line; below, the 2 us the alignment costs in Python would outweigh the
+# kernel's gain.
+CACHE_LINE = 64                 # bytes: a cache line, and the widest vector (AVX-512)
+ALIGNED_MIN_BYTES = 1 << 20
+
+
+def empty(shape: Sequence[int], dtype, what: str, aligned: bool | None = None
+          ) -> np.ndarray:
     """``np.empty(shape, dtype)``, refused with a CallError naming ``what``, its shape and
-    bytes when it is too large (`check_allocation`) or the allocation fails."""
+    bytes when it is too large (`check_allocation`) or the allocation fails. ``aligned``:
+    it starts on a `CACHE_LINE` boundary (by default from `ALIGNED_MIN_BYTES` on)."""
     need = check_allocation(shape, dtype, what)
     try:
-        return np.empty(tuple(shape), dtype)
+        if not (need >= ALIGNED_MIN_BYTES if aligned is None else aligned):
+            return np.empty(tuple(shape), dtype)
+        raw = np.empty(need + CACHE_LINE, np.uint8)
+        start = -raw.ctypes.data % CACHE_LINE
+        return raw[start:start + need].view(dtype).reshape(tuple(shape))
     except (MemoryError, ValueError) as e:
         raise CallError(f"{what} would have shape {tuple(int(n) for n in shape)} "
                         f"({np.dtype(dtype)}): {need} bytes ({_gib(need)}), which could not "

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-ALIGN = 64          # a cache line, and the widest vector load (AVX-512)
+from ..sizes import CACHE_LINE
+
+ALIGN = CACHE_LINE  # a cache line, and the widest vector load (AVX-512)
 
 
 @dataclass(frozen=True)
