@@ -345,6 +345,8 @@ def main(argv=None) -> int:
     p.add_argument("--no-variants", action="store_true", help="skip the first table (fused, "
                    "layout, Winograd and unfused variants); the models table only")
     p.add_argument("--no-torch", action="store_true", help="no PyTorch column")
+    p.add_argument("--call-path", action="store_true", help="what a graph module's call "
+                   "costs beyond its kernels (the MLP example, the small CNN; goal <= 2 us)")
     p.add_argument("--tuning-log", help="the models table's 'tuned' column: each model built "
                    "with this log of tuned kernels (`tdsl tune --graph`, 64 trials per kernel)")
     args = p.parse_args(argv)
@@ -353,6 +355,8 @@ def main(argv=None) -> int:
     if args.threads:
         os.environ["OMP_NUM_THREADS"] = str(args.threads)     # read when libgomp loads
     print(f"threads: {os.environ.get('OMP_NUM_THREADS', 'default')}")
+    if args.call_path:
+        call_path_table()
     if not args.no_variants:
         variants_table(args)
     if args.mobilenetv2 or args.bert or args.int8 or args.int8_resnet50 or \
@@ -364,6 +368,28 @@ def main(argv=None) -> int:
         return bench_onnx_models.main(["--no-conv", "--rounds", str(args.rounds)]
                                       + (["--profile"] if args.profile else []))
     return 0
+
+
+def call_path_table(calls: int = 2000, rounds: int = 7):
+    """A graph module's call beside its C entry point called alone (the kernels in order,
+    bound to the last call's buffers), each the best of ``rounds`` x ``calls`` calls,
+    rounds interleaved: the difference is what the call path costs (issue 26: <= 2 us)."""
+    print(f"{'call path':<28}{'call us':>9}{'kernels us':>11}{'overhead us':>12}")
+    for path, shape in (("mlp.tdsl", (1, 784)), ("small_cnn.tdsl", (1, 3, 32, 32))):
+        g = tdsl.load(ROOT / "examples" / "models" / path)[path.removesuffix(".tdsl")]
+        module = g.build(params=g.random_params(shapes={"B": 1}))
+        x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+        module(x)
+        kernels = module._last.run             # the C entry point, nothing of Python's call
+        best = {"call": float("inf"), "kernels": float("inf")}
+        for _ in range(rounds):
+            for name, fn in (("call", lambda: module(x)), ("kernels", kernels)):
+                t = time.perf_counter()
+                for _ in range(calls):
+                    fn()
+                best[name] = min(best[name], (time.perf_counter() - t) / calls * 1e6)
+        print(f"{g.name + ' B=1':<28}{best['call']:9.2f}{best['kernels']:11.2f}"
+              f"{best['call'] - best['kernels']:12.2f}", flush=True)
 
 
 def variants_table(args):

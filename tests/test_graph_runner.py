@@ -77,6 +77,11 @@ def test_a_kernels_read_fault_is_its_call_error(graph):
     x = np.ones(8, np.float32)
     with pytest.raises(tdsl.CallError, match="out of bounds"):
         module(x, np.array([0, 8, 1], np.int32), np.array(1.0, np.float32))
+    # the table points at the staging buffers again, not at the failed call's arrays
+    bound = module._last
+    for staged, slots in zip(bound.inputs.values(), bound.input_slots):
+        if slots:
+            assert bound.run.slots_of(staged) == slots
     # the module is still usable after the fault
     np.testing.assert_array_equal(module(x, np.array([0, 7, 1], np.int32),
                                          np.array(1.0, np.float32)), np.ones(3, np.float32))

@@ -9,6 +9,7 @@ build cache serves it across processes; the table is filled in at bind time.
 """
 from __future__ import annotations
 
+import numpy as np
 from cffi import FFI
 
 from ..target import Target
@@ -64,6 +65,7 @@ class GraphRunner:
                 if kind != "value":
                     self._table[slot] = ffi.cast("void *", value)
                     slot += 1
+        self._home = [self._table[i] for i in range(len(self._table))]   # what run_on restores
         self._failed = ffi.new("int64_t *")
         self._calls = calls          # the kernels' libraries and the arrays stay alive
 
@@ -87,17 +89,21 @@ class GraphRunner:
                 return None
         return tuple(slots)
 
-    def run_on(self, bindings: list[tuple[tuple[int, ...], int]]) -> None:
-        """A run with the slots of each ``(slots, address)`` pointing at ``address``: a
-        graph's inputs and outputs bound per call, with no copy. The table is restored
-        after, so that it never holds an address the caller may free."""
-        ffi, table = self._ffi, self._table
-        saved = [(i, table[i]) for slots, _ in bindings for i in slots]
+    def run_on(self, bindings: list[tuple[tuple[int, ...], np.ndarray]]) -> None:
+        """A run with the slots of each ``(slots, array)`` pointing at ``array``, a
+        contiguous one: a graph's inputs and outputs bound per call, with no copy. The table
+        is restored after, so that it never holds an address the caller may free. The
+        address is cffi's `from_buffer` (0.2 us; ``ctypes.data`` and a cast took 1.4)."""
+        from_buffer, table, home = self._ffi.from_buffer, self._table, self._home
         try:
-            for slots, address in bindings:
+            for slots, array in bindings:
+                pointer = from_buffer(array)
                 for i in slots:
-                    table[i] = ffi.cast("void *", address)
-            self()
+                    table[i] = pointer
+            status = self._entry(table, self._failed)       # self(), one Python call less
         finally:
-            for i, old in saved:
-                table[i] = old
+            for slots, _ in bindings:
+                for i in slots:
+                    table[i] = home[i]
+        if status != 0:
+            self._calls[self._failed[0]].kernel.raise_status(status)
