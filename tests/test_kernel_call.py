@@ -3,6 +3,7 @@ import shutil
 
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from tdsl.errors import BuildError, CallError
 from tdsl.emit_c import BuildCache, build_kernel
@@ -79,6 +80,34 @@ def test_returns_a_new_array_or_fills_out(matmul):
 def test_non_contiguous_inputs_are_copied(matmul):
     a, b = f32(8, 6), f32(5, 6)
     np.testing.assert_allclose(matmul(a[::2, ::2], b.T[::2]), a[::2, ::2] @ b.T[::2], rtol=1e-6)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(1, 3), st.integers(1, 3),
+                          st.sampled_from(["plain", "plain", "strided", "f64", "bad k"])),
+                min_size=2, max_size=8))
+def test_a_call_like_the_last_answers_as_a_checked_one(matmul, calls):
+    """A call whose arrays have the last good call's shapes and dtypes skips the checks
+    that call passed (the lean path): it still gives numpy's product in a fresh array,
+    copies a strided input, and a call of another dtype or size is refused as before."""
+    rng = np.random.default_rng(len(calls))
+    last = None
+    for m, n, k, kind in calls:
+        a = rng.random((m, k), dtype=np.float32)
+        b = rng.random((k + (kind == "bad k"), n), dtype=np.float32)
+        if kind == "strided":
+            a = np.repeat(a, 2, axis=1)[:, ::2]
+        elif kind == "f64":
+            a = a.astype(np.float64)
+        if kind in ("f64", "bad k"):
+            with pytest.raises(CallError, match="dtype float64|dimension 0 is"):
+                matmul(a, b)
+            continue
+        got = matmul(a, b)
+        np.testing.assert_allclose(got, a @ b, rtol=1e-5, atol=1e-6)
+        assert got is not last and got.flags.c_contiguous and got.flags.writeable
+        assert matmul._lean is not None and matmul._lean[0][0][0] == (m, k)
+        last = got
 
 
 @pytest.mark.parametrize("m, n, k", [(0, 3, 2), (3, 0, 2), (3, 4, 0), (0, 0, 0)])

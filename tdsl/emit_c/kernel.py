@@ -98,11 +98,34 @@ class Kernel:
         # input shapes -> (sizes to pass, output shapes): binding and checking the sizes is
         # most of a call's Python time, and a kernel is usually called at a few shapes
         self._bound: dict[tuple, tuple] = {}
+        # the lean path: (input specs, sizes to pass, output specs) of the last call, for a
+        # kernel whose inputs all go to C as they lie: arrays (a scalar is passed by value),
+        # not bool (normalised to 0 and 1 first). It takes 3.5 -> 2.6 us off a call.
+        self._lean: tuple | None = None
+        self._leanable = all(b.shape and b.dtype != "bool" for b in self._inputs)
 
     def __repr__(self) -> str:
         return f"Kernel({self.func.name}, {self.lib_path})"
 
     def __call__(self, *arrays, out=None):
+        lean = self._lean
+        if lean is not None and out is None and len(arrays) == len(lean[0]):
+            # arrays of the last call's shapes and dtypes: its checks hold, its sizes too
+            specs, free_sizes, out_specs = lean
+            from_buffer = self._from_buffer
+            args = []
+            for a, (shape, dtype, c_type) in zip(arrays, specs):
+                if type(a) is not np.ndarray or a.shape != shape or a.dtype != dtype or \
+                        not (a.flags.c_contiguous and a.flags.aligned):
+                    break
+                args.append(from_buffer(c_type, a))
+            else:
+                outputs = [np.empty(shape, dtype) if small else self._empty(b, shape, dtype)
+                           for b, shape, dtype, small in out_specs]
+                for c_type, o in zip(self._c_types[len(specs):], outputs):
+                    args.append(from_buffer(c_type, o))
+                self._run(args + free_sizes)
+                return outputs[0] if len(outputs) == 1 else tuple(outputs)
         if type(arrays[0] if arrays else None) is _TENSOR:   # PyTorch's (once one was seen)
             return _foreign_call(self, arrays, out)
         try:
@@ -177,12 +200,17 @@ class Kernel:
             env = self._bind_sizes(inputs)
             sizes.check_shapes(self.func.attrs.get("stage_shapes", ()), env)
             check_reads(self.func.attrs.get("reads", ()), env)
+            free = [env[v.name] for v in self._free_sizes]
             shapes = [self._output_shape(b, env) for b in self._outputs]
-            bound = self._bound[key] = (
-                [env[v.name] for v in self._free_sizes], shapes,
-                [sizes.nbytes(s, d) >= sizes.ALIGNED_MIN_BYTES
-                 for s, d in zip(shapes, self._out_dtypes)])
-        free_sizes, shapes, large_outputs = bound
+            large = [sizes.nbytes(s, d) >= sizes.ALIGNED_MIN_BYTES
+                     for s, d in zip(shapes, self._out_dtypes)]
+            lean = (tuple(zip(key, self._in_dtypes, self._c_types)), free,
+                    tuple(zip(self._outputs, shapes, self._out_dtypes,
+                              (not x for x in large)))) if self._leanable else None
+            bound = self._bound[key] = (free, shapes, large, lean)
+        free_sizes, shapes, large_outputs, lean = bound
+        if out is None:
+            self._lean = lean
         # copies of strided inputs only now that the sizes and outputs are known to be sane
         # (a broadcast view of 2**31 elements is small; its dense copy may not fit)
         for i, a in enumerate(inputs):
