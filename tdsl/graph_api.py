@@ -383,7 +383,7 @@ class GraphModule:
         arena_what = f"the arena of graph {ir.name}'s intermediates"
         check_allocation((compiled.plan.peak_bytes + memory.ALIGN,), np.uint8, arena_what)
         compiled.build(self.graph.module, self._target, self._flags, self._tuning_log)
-        arena = _aligned_empty(compiled.plan.peak_bytes, arena_what)
+        arena = checked_empty((compiled.plan.peak_bytes,), np.uint8, arena_what, aligned=True)
         buffers = {name: checked_empty(*staged[name]) for name in (*ir.inputs, *ir.outputs)}
         # zeroed once: a kernel bound to a bool buffer of leftover bytes other than 0 and 1
         # would be bound to a normalised copy, never seeing what the calls write
@@ -562,13 +562,9 @@ def _on_cache_lines(a):
     """``a`` itself where it starts on an `memory.ALIGN` boundary, else an aligned copy."""
     if not isinstance(a, np.ndarray) or a.size == 0 or a.ctypes.data % memory.ALIGN == 0:
         return a
-    out = _aligned_empty(a.nbytes, "a weight").view(a.dtype).reshape(a.shape)
+    out = checked_empty(a.shape, a.dtype, "a weight", aligned=True)
     out[...] = a
     return out
-
-
-def _aligned_empty(nbytes: int, what: str = "an arena") -> np.ndarray:
-    return checked_empty((nbytes,), np.uint8, what, aligned=True)
 
 
 def _shape_text(ir, v, sizes) -> str:
