@@ -6,6 +6,7 @@ onnxruntime and PyTorch where installed, in one run, with ratios.
     python benchmarks/bench_graphs.py --threads 1  # one thread for tdsl and onnxruntime
     python benchmarks/bench_graphs.py --imported   # and the models exported from PyTorch
     python benchmarks/bench_graphs.py --all --no-variants   # issue 26's models table only
+    python benchmarks/bench_graphs.py --call-path --no-variants   # a call's cost over its kernels
 
 The models table (``--mobilenetv2``, ``--bert``, ``--int8``, ``--int8-resnet50``, ``--resnet50`` with
 ``--no-variants``; ``--all`` is the four) times tdsl's default build, tdsl tuned (with
