@@ -376,11 +376,12 @@ def _reads_under_select(source: str, lanes: int = 1) -> bool:
     place the statement stores to is written unconditionally, so gcc makes no masked load of
     either (it knows neither can fault): tanh's `fabsf(x) < 0.625f ? poly(x) : ...` of a
     loaded x (an LSTM step: 4.0 us with the flag, 1.4 without). A load before the first `?`
-    that follows a `&&` or `||` is conditional, so such a statement keeps the old test. A branch that loads a whole
-    vector does not count: that select is between two vectors on one condition (a padded
-    copy's `inside ? load(&X[i]) : broadcast(0)`), nothing for if-conversion to vectorize,
-    while the flag costs the kernel's other loops (an int8 convolution's register tile
-    spilled: 1.35 ms against 0.71). A statement outside every loop is not if-converted."""
+    that follows a `&&` or `||` is conditional, so such a statement keeps the old test. A
+    branch that loads a whole vector does not count: that select is between two vectors on
+    one condition (a padded copy's `inside ? load(&X[i]) : broadcast(0)`), nothing for
+    if-conversion to vectorize, while the flag costs the kernel's other loops (an int8
+    convolution's register tile spilled: 1.35 ms against 0.71). A statement outside every
+    loop is not if-converted."""
     blocks: list[int | None] = []     # per open brace: a loop's iterations (None: unknown)
     for line in source.splitlines():
         code = line.strip()

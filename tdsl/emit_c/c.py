@@ -21,7 +21,7 @@ from ..errors import BuildError
 from ..lowering import te
 from ..lowering.loop_ir import (AddressOf, Allocate, Buffer, BufferLoad, For, ForKind, If,
                                 LetStmt, LoweredFunc, Prefetch, Seq, Store, split_dtype,
-                                walk_stmt)
+                                stmt_exprs, walk_stmt)
 from .helpers import element_size
 from .names import identifier_chars
 from .printer import CFamilyPrinter, indent
@@ -138,12 +138,9 @@ def streamed_outputs(func: LoweredFunc, target, fixed: dict) -> set[int]:
     for stmt in walk_stmt(func.body):
         if isinstance(stmt, Prefetch):
             touched.add(id(stmt.buffer))
-        for name in te.field_names(stmt):
-            value = getattr(stmt, name)
-            for e in (value if isinstance(value, tuple) else (value,)):
-                if isinstance(e, te.Expr):
-                    touched.update(id(x.buffer) for x in te.walk(e)
-                                   if isinstance(x, (BufferLoad, AddressOf)))
+        for e in stmt_exprs(stmt):
+            touched.update(id(x.buffer) for x in te.walk(e)
+                           if isinstance(x, (BufferLoad, AddressOf)))
     out = set()
     for b in func.params[func.num_inputs:]:
         dims = [d.value if isinstance(d, te.Const) else fixed.get(d) for d in b.shape]

@@ -393,7 +393,7 @@ _EXP_VECTOR_AVX = """\
                                  _mm256_cmp_ps((__m256)x, (__m256)x, _CMP_UNORD_Q));
 """
 
-_EXP_VECTOR_F32 = "{head}{q} {v} tdsl_exp_{vd}({v} x) {{\n{body}}}"
+_EXP_VECTOR_F32 = "{q} {v} tdsl_exp_{vd}({v} x) {{\n{body}}}"
 # per lanes: the x86 path and its guard, the portable code elsewhere
 _EXP_VECTOR_X86 = {16: ("defined(__AVX512F__)", _EXP_VECTOR_AVX512),
                    8: ("defined(__AVX__)", _EXP_VECTOR_AVX)}
@@ -656,14 +656,14 @@ class Helpers:
         if dtype.startswith("f32x"):
             lanes = int(dtype[4:])
             v, iv = self.vector("f32", lanes), self.vector("i32", lanes)
-            head, body = "", _EXP_VECTOR_PORTABLE
+            body = _EXP_VECTOR_PORTABLE
             if lanes in _EXP_VECTOR_X86:
                 guard, fast = _EXP_VECTOR_X86[lanes]
-                head = f"#if {guard}\n#include <immintrin.h>\n#endif\n"
+                self._x86_header()
                 body = f"#if {guard}\n{fast}#else\n{body}#endif\n"
             names = dict(v=v, iv=iv, vd=dtype)
-            self._add(f"exp_{dtype}", _EXP_VECTOR_F32, "f32", head=head,
-                      body=body.format(**names), **names)
+            self._add(f"exp_{dtype}", _EXP_VECTOR_F32, "f32", body=body.format(**names),
+                      **names)
             return f"tdsl_exp_{dtype}"
         if dtype != "f32":
             return "exp"

@@ -260,6 +260,16 @@ def _rewrite_field(v, pre, post, expr):
     return v
 
 
+def stmt_exprs(node: Stmt):
+    """The expressions a statement holds in its own fields (its child statements' are not
+    entered: `walk_stmt` gives those statements)."""
+    for name in field_names(node):
+        v = getattr(node, name)
+        for x in (v if isinstance(v, tuple) else (v,)):
+            if isinstance(x, Expr):
+                yield x
+
+
 def walk_stmt(node: Stmt):
     """Pre-order iterator over the statements of a tree (expressions not entered)."""
     stack = [node]
