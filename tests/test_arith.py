@@ -67,6 +67,41 @@ def test_both_constructors_keep_the_value(e, env):
     assert exact(e, env).is_const and exact(e, env).const == want
 
 
+def _fused_index(f: te.Expr, extents: list[int]) -> te.Expr:
+    """The row-major flat index of axes of ``extents`` fused into ``f``, each axis read
+    back as a schedule's fuse does: ``(f // inner) % extent``."""
+    out, inner = c(0), 1
+    for k, n in reversed(list(enumerate(extents))):
+        axis = te.Binary("//", f, c(inner), I) if inner > 1 else f
+        if k > 0:
+            axis = te.Binary("%", axis, c(n), I)
+        out = te.Binary("+", out, te.Binary("*", axis, c(inner), I), I)
+        inner *= n
+    return out
+
+
+@settings(max_examples=80, deadline=None, derandomize=True)
+@given(extents=st.lists(st.sampled_from([1, 2, 3, 4, 7, 8, 12, 14, 56]), min_size=2,
+                        max_size=4),
+       lanes=st.sampled_from([4, 8, 16]))
+def test_fused_axes_read_back_flat(extents, lanes):
+    """Axes fused into one loop, and that loop split by a vector, index a row-major tensor
+    at the loop's own position: ``x % 56 + 56 * (x // 56 % 56) + 3136 * (x // 3136)`` is
+    ``x``, and split by 16 ``16 * o + i``, with no division left for a vector of 16 to
+    gather by (a default schedule flattens an elementwise op's rows of 56 so)."""
+    f, o, ii = te.Var("f"), te.Var("o"), te.Var("ii")
+    assert simplify(_fused_index(f, extents)) == f
+    total = int(np.prod(extents))
+    if total % lanes:
+        return
+    ctx = Ctx().with_loop(o, c(0), c(total // lanes)).with_loop(ii, c(0), c(lanes))
+    split = te.substitute(_fused_index(f, extents), {f: o * c(lanes) + ii})
+    out = simplify(split, lambda e: bounds(e, ctx))
+    assert out == linear(o * c(lanes) + ii).to_expr(), out
+    for ov, iv in ((0, 0), (total // lanes - 1, lanes - 1), (total // lanes // 2, 1)):
+        assert eval_index(split, {"o": ov, "ii": iv}) == ov * lanes + iv
+
+
 def test_exact_is_integer_arithmetic_only():
     x = te.Tensor("X", (N,), "f32")
     assert exact(te.Const(1.5, "f32")) is None
