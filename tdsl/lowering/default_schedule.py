@@ -15,6 +15,11 @@ part of the gap with rules any stage can take:
   (a transpose composed with a reshape: merging attention's heads reads ``X[0, k // 64, r,
   k % 64]``) is first split by ``c`` when that makes the inner part contiguous: runs of
   ``c`` values, vectorized as above;
+- an injective stage whose innermost row is not whole vectors (56 values, 16 lanes) runs its
+  trailing axes as one loop, the fewest whose run is whole vectors, when every load reads
+  them at the stage's own place (or not at all: a per-channel scale keeps the channel out),
+  as TVM's injective schedule fuses them; the simplifier folds the fused index back to the
+  loop's own, so the loop is split into vectors as above with no division left;
 - the outermost data loop runs in parallel when the stage does enough work; when its extent
   is small (a batch of 1) and a second data loop follows, the two are fused first.
 
@@ -51,11 +56,12 @@ def default_schedule(fn: te.Function, shapes: dict[str, int] | None = None,
            if v.name in (shapes or {})}
     s = Schedule(fn)
     outputs = {t.name for t in fn.outputs}
+    inlined = {t.name for t in fn.stages() if t.name not in outputs and _cheap_injective(t)}
     for t in fn.stages():
-        if t.name not in outputs and _cheap_injective(t):
+        if t.name in inlined:
             s = s.compute_inline(t.name)
         else:
-            s = _schedule_stage(s, t, env, vector_bytes)
+            s = _schedule_stage(s, t, env, vector_bytes, inlined)
     return s
 
 
@@ -86,7 +92,8 @@ def _contiguous(t: te.Tensor, v: te.Var) -> tuple[bool, bool]:
     return contiguous, broadcast
 
 
-def _schedule_stage(s: Schedule, t: te.Tensor, env: dict, vector_bytes: int) -> Schedule:
+def _schedule_stage(s: Schedule, t: te.Tensor, env: dict, vector_bytes: int,
+                    inlined: set[str]) -> Schedule:
     data = [iv for iv in t.op.axes]
     if not data:
         return s
@@ -97,6 +104,20 @@ def _schedule_stage(s: Schedule, t: te.Tensor, env: dict, vector_bytes: int) -> 
     extents = [_const(iv.extent, env) for iv in data]
     work = None if None in extents else _product(extents)
     name, outer = t.name, [iv.var.name for iv in data[:-1]]
+    # the vector's lanes of the widest element the stage reads or writes: a quantize (f32
+    # in, u8 out) computes f32 vectors, 16 on AVX-512, not 64 (a row of 56 would not split)
+    widest = max(to_numpy(d).itemsize for d in (t.dtype, *(ld.dtype for ld in te.loads(body))))
+    lanes = max(1, vector_bytes // widest)
+    inner_name, n = inner.var.name, extents[-1]
+    flat = 1 if red or not contiguous or lanes == 1 else \
+        _flat_suffix(t, extents, env, lanes, inlined)
+    if flat > 1:
+        # rows of 56 (or 7 x 7 planes) are not whole vectors, their flat run is: one loop
+        inner_name = ".".join(iv.var.name for iv in data[-flat:]) + ".f"
+        s = s.fuse(name, *(iv.var.name for iv in data[-flat:]), fused=inner_name)
+        outer, extents = outer[:len(outer) + 1 - flat], extents[:-flat] + [
+            _product(extents[-flat:])]
+        n = extents[-1]
     if len(outer) >= 2 and extents[0] is not None and extents[0] < SMALL_EXTENT:
         fused = f"{outer[0]}.{outer[1]}.f"
         s = s.fuse(name, outer[0], outer[1], fused=fused)
@@ -105,15 +126,9 @@ def _schedule_stage(s: Schedule, t: te.Tensor, env: dict, vector_bytes: int) -> 
     if red and contiguous and broadcast:
         s = s.reorder(name, *outer, *red, inner.var.name)
         innermost = True
-    # the vector's lanes of the widest element the stage reads or writes: a quantize (f32
-    # in, u8 out) computes f32 vectors, 16 on AVX-512, not 64 (a row of 56 would not split)
-    widest = max(to_numpy(d).itemsize for d in (t.dtype, *(ld.dtype for ld in te.loads(body))))
-    lanes = max(1, vector_bytes // widest)
-    parallel_axis = outer[0] if outer else inner.var.name
-    n = extents[-1]
+    parallel_axis = outer[0] if outer else inner_name
     runs = None if red or contiguous or lanes == 1 or None in extents else \
         _contiguous_runs(t, extents, lanes)
-    inner_name = inner.var.name
     if runs is not None:
         # k as k.r * runs + k.c: the loads' k // runs and k % runs become k.r and k.c, and
         # k.c is the innermost, contiguous loop the rule below splits into vectors
@@ -127,6 +142,40 @@ def _schedule_stage(s: Schedule, t: te.Tensor, env: dict, vector_bytes: int) -> 
     if parallel_axis and (work is None or work >= MIN_PARALLEL_WORK):
         s = s.parallel(name, parallel_axis)
     return s
+
+
+def _flat_suffix(t: te.Tensor, extents: list, env: dict, lanes: int,
+                 inlined: set[str]) -> int:
+    """How many trailing data axes of ``t`` to fuse into one contiguous loop (TVM's
+    injective schedule fuses them all): the fewest, from two, whose run is whole vectors,
+    when the innermost row is not (1 when none or no need). Every load must read those axes
+    as its own trailing indices over dimensions of the same extents (the flat index is then
+    the fused loop's, with no division left once simplified), or not read them."""
+    if extents[-1] is None or extents[-1] % lanes == 0:
+        return 1
+    for k in range(2, len(extents) + 1):
+        if extents[-k] is None or not _reads_flat(t, k, extents[-k:], env, inlined):
+            return 1
+        if _product(extents[-k:]) % lanes == 0:
+            return k
+    return 1
+
+
+def _reads_flat(t: te.Tensor, k: int, extents: list, env: dict, inlined: set[str]) -> bool:
+    """Every load in ``t`` reads ``t``'s last ``k`` axes as its last ``k`` indices, over
+    dimensions of ``extents``, or none of them; through stages inlined into ``t`` too."""
+    axes = tuple(iv.var for iv in t.op.axes[-k:])
+    for ld in te.loads(t.op.body):
+        using = [j for j, i in enumerate(ld.indices) if te.free_vars(i) & set(axes)]
+        if not using:
+            continue
+        n = len(ld.indices)
+        if using != list(range(n - k, n)) or tuple(ld.indices[n - k:]) != axes or \
+                [_const(d, env) for d in ld.tensor.shape[n - k:]] != extents:
+            return False
+        if ld.tensor.name in inlined and not _reads_flat(ld.tensor, k, extents, env, inlined):
+            return False
+    return True
 
 
 def _contiguous_runs(t: te.Tensor, extents: list[int], lanes: int) -> int | None:
