@@ -74,6 +74,23 @@ def test_int8_resnet_block_is_qdq_and_bit_exact_with_onnxruntime():
     check(q, atol=0, exact=True)
 
 
+def test_int8_blocks_quantize_runs_on_nchw_and_converts_its_u8_result():
+    """The block's input quantize (f32 -> u8) narrows its values: it runs on the NCHW
+    input, whose flat rows are whole vectors, and its u8 result, a quarter of the bytes, is
+    what the layout pass converts (to_nchwc_u8, a kernel of its own) for the convolution
+    and the residual; no f32 value is converted on the way in."""
+    import tdsl
+    from tdsl.onnx_import import convert_model
+    _, q = onnx_models.resnet_block_int8(c=16, hw=12)
+    text, params = convert_model(q, "net")
+    x = np.random.default_rng(5).standard_normal((1, 16, 12, 12)).astype(np.float32)
+    built = tdsl.loads(text)["net"].build("c", params=params)
+    np.testing.assert_array_equal(built(x), ort_output(q, x))
+    kernels = [f.ops for f in built.compiled(x).functions]
+    assert kernels[0][0].startswith("quantize") and kernels[1] == ("to_nchwc_u8",), kernels
+    assert not any("to_nchwc" in ops for ops in kernels), kernels
+
+
 # the host, and on x86 AVX2 code (no int8 dot product: the i16 route) where the host runs it
 STEM_TARGETS = ["c"] + (["c -march=x86-64-v3"] if shutil.which("gcc") and
                         _runs("c -march=x86-64-v3") else [])
@@ -86,7 +103,9 @@ def test_int8_resnet_stem_runs_blocked_and_bit_exact_with_onnxruntime(target):
     on blocked u8 values (max_pool2d_nchwc_u8), with no layout change between the image's
     and the output's; with an int8 dot product the stem is the u8 convolution with them as
     its epilogue, its 3 channels padded to 4, on other x86 CPUs the i16 one, likewise
-    padded."""
+    padded. The image is quantized and padded in NCHW, its rows whole vectors, and the
+    result converted in a kernel of its own (fused, the quantize would run in the
+    conversion's order, a channel at a time)."""
     import tdsl
     from tdsl.onnx_import import convert_model
     # 7-bit weights: onnxruntime's own answer is the exact one on an AVX2 host too
@@ -97,13 +116,14 @@ def test_int8_resnet_stem_runs_blocked_and_bit_exact_with_onnxruntime(target):
     np.testing.assert_array_equal(built(x), ort_output(q, x))
     kernels = [f.ops for f in built.compiled(x).functions]
     layouts = [op for ops in kernels for op in ops if op.startswith(("to_nchwc", "from_nchwc"))]
-    assert len(layouts) == 2 and kernels[-1][-1] == "from_nchwc", kernels
+    assert len(layouts) == 2 and kernels[-1] == ("from_nchwc",), kernels
+    assert kernels[0][0] == "quantize_0" and kernels[1][0].startswith("to_nchwc"), kernels
     assert ("max_pool2d_nchwc_u8",) in kernels
     t = tdsl.Target(target)
     if t.has_int8_dot:
-        assert kernels[1][0] == "qlinear_conv2d_nchwc" and "scale_shift_nchwc" in kernels[1]
+        assert kernels[2][0] == "qlinear_conv2d_nchwc" and "scale_shift_nchwc" in kernels[2]
     elif t.has_i16_dot:
-        assert kernels[1] == ("conv2d_nchwc_i16",) and "scale_shift_nchwc" in kernels[2]
+        assert kernels[2] == ("conv2d_nchwc_i16",) and "scale_shift_nchwc" in kernels[3]
 
 
 @pytest.mark.slow

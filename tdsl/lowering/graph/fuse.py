@@ -134,6 +134,14 @@ def _can_join(group: Group, graph: Graph, node: Node, k: int, pat: Pattern, patt
         # 276 us after a to_nchwc (against 14 for the quantize alone); alone, the
         # transform is a copy. A copy (a concatenation of blocked values) still fuses.
         return False
+    if node.op in LAYOUT_TRANSFORMS and \
+            not all(moves_values_only(graph.nodes[i].fn) for i in group.nodes):
+        # the other way round, likewise: the computing ops would run in the transform's
+        # order. One thread, AVX-512 host: the int8 block's quantize and to_nchwc_u8 took
+        # 213 us so, 22 + 13 apart; an int8 stem's (224 x 224) quantize, channel pad and
+        # to_nchwc_u8 158 us, 27 + 8 apart; its i16 form's (x86-64-v3) requantize chain
+        # and from_nchwc 523 us, 73 + 34 apart
+        return False
     if group.pattern == Pattern.INJECTIVE:
         if pat == Pattern.REDUCTION and reads_through_window(node.fn, k):
             # a pooling window reads each input up to 9 times: an injective chain fused
