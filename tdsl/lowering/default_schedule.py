@@ -16,10 +16,11 @@ part of the gap with rules any stage can take:
   k % 64]``) is first split by ``c`` when that makes the inner part contiguous: runs of
   ``c`` values, vectorized as above;
 - an injective stage whose innermost row is not whole vectors (56 values, 16 lanes) runs its
-  trailing axes as one loop, the fewest whose run is whole vectors, when every load reads
-  them at the stage's own place (or not at all: a per-channel scale keeps the channel out),
-  as TVM's injective schedule fuses them; the simplifier folds the fused index back to the
-  loop's own, so the loop is split into vectors as above with no division left;
+  trailing axes as one loop, the fewest whose run is whole vectors (else all it can: one
+  tail a run, not one a row), when every load reads them at the stage's own place (or not
+  at all: a per-channel scale keeps the channel out), as TVM's injective schedule fuses
+  them; the simplifier folds the fused index back to the loop's own, so the loop is split
+  into vectors as above with no division left;
 - the outermost data loop runs in parallel when the stage does enough work; when its extent
   is small (a batch of 1) and a second data loop follows, the two are fused first.
 
@@ -147,18 +148,22 @@ def _schedule_stage(s: Schedule, t: te.Tensor, env: dict, vector_bytes: int,
 def _flat_suffix(t: te.Tensor, extents: list, env: dict, lanes: int,
                  inlined: set[str]) -> int:
     """How many trailing data axes of ``t`` to fuse into one contiguous loop (TVM's
-    injective schedule fuses them all): the fewest, from two, whose run is whole vectors,
-    when the innermost row is not (1 when none or no need). Every load must read those axes
-    as its own trailing indices over dimensions of the same extents (the flat index is then
-    the fused loop's, with no division left once simplified), or not read them."""
+    injective schedule fuses them all), when the innermost row is not whole vectors: the
+    fewest, from two, whose run is, else all that can be (one tail for the run, not one per
+    row: a 7 x 7 plane is 3 vectors and a tail at 16 lanes, where its rows of 7 were
+    scalar); 1 for none. Every load must read those axes as its own trailing indices over
+    dimensions of the same extents (the flat index is then the fused loop's, with no
+    division left once simplified), or not read them."""
     if extents[-1] is None or extents[-1] % lanes == 0:
         return 1
+    flat = 1
     for k in range(2, len(extents) + 1):
         if extents[-k] is None or not _reads_flat(t, k, extents[-k:], env, inlined):
-            return 1
+            break
+        flat = k
         if _product(extents[-k:]) % lanes == 0:
-            return k
-    return 1
+            break
+    return flat
 
 
 def _reads_flat(t: te.Tensor, k: int, extents: list, env: dict, inlined: set[str]) -> bool:
