@@ -84,12 +84,14 @@ def test_non_contiguous_inputs_are_copied(matmul):
 
 @settings(max_examples=30, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 3), st.integers(1, 3), st.integers(1, 3),
-                          st.sampled_from(["plain", "plain", "strided", "f64", "bad k"])),
+                          st.sampled_from(["plain", "plain", "strided", "f64", "bad k",
+                                           "out", "out f64", "out overlaps"])),
                 min_size=2, max_size=8))
 def test_a_call_like_the_last_answers_as_a_checked_one(matmul, calls):
     """A call whose arrays have the last good call's shapes and dtypes skips the checks
-    that call passed (the lean path): it still gives numpy's product in a fresh array,
-    copies a strided input, and a call of another dtype or size is refused as before."""
+    that call passed (the lean path): it still gives numpy's product in a fresh array, or
+    in ``out=``, copies a strided input, and a call of another dtype or size, or an out=
+    array of another dtype or over an input, is refused as before."""
     rng = np.random.default_rng(len(calls))
     last = None
     for m, n, k, kind in calls:
@@ -102,6 +104,19 @@ def test_a_call_like_the_last_answers_as_a_checked_one(matmul, calls):
         if kind in ("f64", "bad k"):
             with pytest.raises(CallError, match="dtype float64|dimension 0 is"):
                 matmul(a, b)
+            continue
+        if kind == "out f64" or (kind == "out overlaps" and m):
+            whole = rng.random(m * k + m * n, dtype=np.float32)
+            a = whole[:m * k].reshape(m, k)
+            y = np.empty((m, n)) if kind == "out f64" else whole[m * k - 1:-1].reshape(m, n)
+            with pytest.raises(CallError, match="has dtype float64|overlaps an input"):
+                matmul(a, b, out=y)
+            continue
+        if kind == "out":
+            for _ in range(2):          # the second on the lean path
+                y = np.full((m, n), np.nan, np.float32)
+                assert matmul(a, b, out=y) is y
+                np.testing.assert_allclose(y, a @ b, rtol=1e-5, atol=1e-6)
             continue
         got = matmul(a, b)
         np.testing.assert_allclose(got, a @ b, rtol=1e-5, atol=1e-6)
