@@ -113,7 +113,7 @@ def _schedule_stage(s: Schedule, t: te.Tensor, env: dict, vector_bytes: int,
     flat = 1 if red or not contiguous or lanes == 1 else \
         _flat_suffix(t, extents, env, lanes, inlined)
     if flat > 1:
-        # rows of 56 (or 7 x 7 planes) are not whole vectors, their flat run is: one loop
+        # rows of 56 are not whole vectors, a plane of them is (rows of 7: one tail a plane)
         inner_name = ".".join(iv.var.name for iv in data[-flat:]) + ".f"
         s = s.fuse(name, *(iv.var.name for iv in data[-flat:]), fused=inner_name)
         outer, extents = outer[:len(outer) + 1 - flat], extents[:-flat] + [
