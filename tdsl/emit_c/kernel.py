@@ -120,14 +120,7 @@ class Kernel:
                     break
                 args.append(from_buffer(c_type, a))
             else:
-                if out is None:
-                    outputs = [np.empty(shape, dtype) if small else
-                               self._empty(b, shape, dtype)
-                               for b, shape, dtype, small in out_specs]
-                elif _lean_out(out, out_specs, arrays):
-                    outputs = [out]         # a timing loop's one output array, as checked
-                else:
-                    outputs = None
+                outputs = self._lean_outputs(out, out_specs, arrays)
                 if outputs is not None:
                     for c_type, o in zip(self._c_types[len(specs):], outputs):
                         args.append(from_buffer(c_type, o))
@@ -272,6 +265,25 @@ class Kernel:
         sizes.check_allocation(shape, to_numpy(buf.dtype), what)
         return shape
 
+    def _lean_outputs(self, out, out_specs, inputs) -> list | None:
+        """The lean path's outputs: fresh arrays (large ones on a cache line), or ``out=``
+        where it is one array `_checked_out` would accept (its shape and dtype, C-contiguous,
+        aligned, writeable, sharing no memory with an input). None sends the call to the
+        checked path, which names what is wrong. ``k(x, out=y)`` in a loop took 16 us for a
+        128 x 768 copy, 13.3 so (12.0 without ``out=``)."""
+        if out is None:
+            return [np.empty(shape, dtype) if small else self._empty(b, shape, dtype)
+                    for b, shape, dtype, small in out_specs]
+        if type(out) is not np.ndarray or len(out_specs) != 1:
+            return None
+        _, shape, dtype, _ = out_specs[0]
+        flags = out.flags
+        if out.shape == shape and out.dtype == dtype and flags.c_contiguous and \
+                flags.aligned and flags.writeable and \
+                not any(np.may_share_memory(out, a) for a in inputs):
+            return [out]
+        return None
+
     def _empty(self, buffer: Buffer, shape, dtype) -> np.ndarray:
         return sizes.empty(shape, dtype, f"output '{buffer.name}' of '{self.func.name}'")
 
@@ -299,20 +311,6 @@ class Kernel:
                 raise CallError(f"{what} overlaps an input or another output",
                                 hint="tdsl kernels do not compute in place; pass a fresh array")
         return outs
-
-
-def _lean_out(out, out_specs, inputs) -> bool:
-    """``out=`` a kernel of one output may take on the lean path: the array `_checked_out`
-    would accept (its shape and dtype, C-contiguous, aligned, writeable, sharing no memory
-    with an input). ``k(x, out=y)`` in a loop took 16 us for a 128 x 768 copy, 13.3 so (12.0
-    without ``out=``); anything else takes the checked path, which names what is wrong."""
-    if type(out) is not np.ndarray or len(out_specs) != 1:
-        return False
-    _, shape, dtype, _ = out_specs[0]
-    flags = out.flags
-    return out.shape == shape and out.dtype == dtype and flags.c_contiguous and \
-        flags.aligned and flags.writeable and \
-        not any(np.may_share_memory(out, a) for a in inputs)
 
 
 # Loaded libraries stay loaded for the life of the process. Unloading one (cffi dlcloses a

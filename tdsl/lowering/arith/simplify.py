@@ -90,9 +90,16 @@ def _floor_div(y: te.Expr, b: int, bound: Bound | None) -> te.Expr:
 
 def _has_floor_multiple(y: te.Expr, k: int) -> bool:
     """``k * y`` has a term ``j * (x // a)`` with ``a | j``, which the rule above expands."""
-    return any(len(m) == 1 and isinstance(m[0], te.Binary) and m[0].op == "//"
-               and isinstance(m[0].b, te.Const) and m[0].b.value > 0
-               and (k * v) % m[0].b.value == 0 for m, v in linear(y).terms.items())
+    return any((floor := _floor_atom(m)) is not None and (k * v) % floor.b.value == 0
+               for m, v in linear(y).terms.items())
+
+
+def _floor_atom(m) -> te.Binary | None:
+    """The monomial ``m`` as one floor division by a positive constant, ``x // c``."""
+    match m:
+        case (te.Binary("//", _, te.Const(c)) as floor,) if c > 0:
+            return floor
+    return None
 
 
 def _floor_terms(lin: Linear) -> int:
@@ -231,10 +238,10 @@ def floor_div_mod(e: te.Expr, bound: Bound | None) -> te.Expr | None:
                     return te.Binary("//", y, te.Const(a * c, INDEX), INDEX)  # (y//a)//c
                 case te.Binary("%", y, te.Const(a)) if op == "%" and a > 0 and a % c == 0:
                     return te.Binary("%", y, te.Const(c, INDEX), INDEX)  # (y%(kc))%c -> y%c
-            merged = _merge_inner_floor(x, c) if op == "//" else None
+            lin = linear(x)
+            merged = _merge_inner_floor(lin, c) if op == "//" else None
             if merged is not None:
                 return merged
-            lin = linear(x)
             q = Linear({m: k // c for m, k in lin.terms.items() if k % c == 0}, lin.const // c)
             r = Linear({m: k for m, k in lin.terms.items() if k % c != 0}, lin.const % c)
             if bound is not None:
@@ -254,18 +261,16 @@ def floor_div_mod(e: te.Expr, bound: Bound | None) -> te.Expr | None:
     return None
 
 
-def _merge_inner_floor(x: te.Expr, d: int) -> te.Expr | None:
+def _merge_inner_floor(lin: Linear, d: int) -> te.Expr | None:
     """``(L + r // c) // d -> (c * L + r) // (c * d)`` (``floor(floor(z) / d) == floor(z /
     d)`` with ``z = (c * L + r) / c``): a split of a fused index pulls ``(4 * o + i) // 2``
     apart into ``2 * o + i // 2``, and its parent ``(2 * o + i // 2) // 3`` must read as
-    ``(4 * o + i) // 6`` again to meet the same floor elsewhere in the sum."""
-    lin = linear(x)
-    inner = [m for m, v in lin.terms.items() if v == 1 and len(m) == 1
-             and isinstance(m[0], te.Binary) and m[0].op == "//"
-             and isinstance(m[0].b, te.Const) and m[0].b.value > 0]
+    ``(4 * o + i) // 6`` again to meet the same floor elsewhere in the sum. ``lin``: the
+    dividend's linear form."""
+    inner = [m for m, v in lin.terms.items() if v == 1 and _floor_atom(m) is not None]
     if len(inner) != 1 or len(lin.terms) == 1:
         return None                            # (y // a) // d is merged above
-    (floor,), = inner
+    floor = _floor_atom(inner[0])
     c = floor.b.value
     rest = Linear({m: v for m, v in lin.terms.items() if m is not inner[0]}, lin.const)
     return te.Binary("//", (rest.scale(c) + linear(floor.a)).to_expr(),
