@@ -8,6 +8,7 @@ import shutil
 
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 
 import tdsl
 from tdsl.emit_c.graph_runner import GraphRunner, runner_source
@@ -72,9 +73,14 @@ def test_a_rank_0_input_is_read_at_every_call(graph):
                                       np.full(3, max(s, 0.0), np.float32))
 
 
-def test_a_kernels_read_fault_is_its_call_error(graph):
+@pytest.mark.parametrize("first", ["faulting", "good"])
+def test_a_kernels_read_fault_is_its_call_error(graph, first):
+    # a first call takes the checked path; one like the last takes the lean one
     module = graph.build()
     x = np.ones(8, np.float32)
+    if first == "good":
+        module(x, np.array([0, 7, 1], np.int32), np.array(1.0, np.float32))
+        assert module._last.lean is not None
     with pytest.raises(tdsl.CallError, match="out of bounds"):
         module(x, np.array([0, 8, 1], np.int32), np.array(1.0, np.float32))
     # the table points at the staging buffers again, not at the failed call's arrays
@@ -124,3 +130,62 @@ def test_calls_bind_the_callers_arrays_and_return_their_own_outputs():
     # the table points at the staging buffers again between calls
     run = bound.run
     assert run.slots_of(bound.inputs["x"]) == bound.input_slots[0]
+
+
+# how a call's x is made: what the lean call binds where it lies (contiguous, aligned
+# float32 of the last call's shape), what it leaves to the checked path (a strided or
+# misaligned view, copied in), and what that path refuses (another dtype or shape)
+_FORMS = {
+    "plain": lambda v: v.copy(),
+    "strided": lambda v: np.repeat(v, 2)[::2],
+    "misaligned": lambda v: np.frombuffer(b"\0" + v.tobytes(), np.float32, offset=1),
+    "float64": lambda v: v.astype(np.float64),
+    "short": lambda v: v[:7].copy(),
+}
+
+
+@settings(max_examples=25, deadline=None)
+@given(calls=st.lists(st.tuples(st.sampled_from(sorted(_FORMS)),
+                                st.floats(-4, 4, width=32)), min_size=1, max_size=6),
+       seed=st.integers(0, 2 ** 16))
+def test_the_lean_call_answers_as_the_checked_one(calls, seed):
+    """Each call of a run of calls (any forms, in any order) gives what the reference gives
+    or the checked path's refusal; the lean call answers exactly the calls like the last
+    good one, with fresh outputs of its own, and leaves the table as it found it."""
+    module = tdsl.loads(TWO_OUTPUTS)["two"].build()
+    rng = np.random.default_rng(seed)
+    lean_calls, last, kept = [], None, []
+    for form, s in calls:
+        v = rng.standard_normal(8).astype(np.float32)
+        x, scale = _FORMS[form](v), np.array(s, np.float32)
+        bound = module._last
+        if bound is not None and bound.lean is not None and "counted" not in bound.__dict__:
+            lean = bound.lean
+
+            def counted(inputs, lean=lean):
+                out = lean(inputs)
+                lean_calls.append(out is not None)
+                return out
+            bound.__dict__["lean"] = counted
+            bound.__dict__["counted"] = True
+        before = len(lean_calls)
+        if form in ("float64", "short"):
+            with pytest.raises(tdsl.TdslError):
+                module(x, scale)
+            assert not any(lean_calls[before:])
+            continue
+        y, z = module(x, scale)
+        np.testing.assert_array_equal(y, np.maximum(v, 0))
+        np.testing.assert_array_equal(z, np.maximum(v * np.float32(s), 0))
+        took_lean = any(lean_calls[before:])
+        assert took_lean == (form == "plain" and last is not None)
+        last = form
+        bound = module._last
+        assert not any(np.shares_memory(o, b) for o in (y, z) for b in bound.outputs)
+        assert not np.shares_memory(y, z) and not np.shares_memory(y, x)
+        kept.append((y, z, v, np.float32(s)))
+        run = bound.run
+        assert run.slots_of(bound.inputs["x"]) == bound.input_slots[0]
+    for y, z, v, s in kept:             # no later call wrote into an earlier call's outputs
+        np.testing.assert_array_equal(y, np.maximum(v, 0))
+        np.testing.assert_array_equal(z, np.maximum(v * s, 0))

@@ -70,9 +70,7 @@ class GraphRunner:
         self._calls = calls          # the kernels' libraries and the arrays stay alive
 
     def __call__(self) -> None:
-        status = self._entry(self._table, self._failed)
-        if status != 0:
-            self._calls[self._failed[0]].kernel.raise_status(status)
+        self._check(self._entry(self._table, self._failed))
 
     def slots_of(self, array) -> tuple[int, ...] | None:
         """The table slots that hold ``array``'s address, for `run_on` to point elsewhere;
@@ -105,5 +103,51 @@ class GraphRunner:
             for slots, _ in bindings:
                 for i in slots:
                     table[i] = home[i]
+        self._check(status)
+
+    def lean_call(self, inputs, outputs):
+        """``call(arrays)``: `run_on` for one binding, written out for it: ``inputs`` are
+        ``(shape, dtype, slots)`` of the arrays a call takes, ``outputs`` ``(shape, dtype,
+        slots, allocate)`` of the fresh arrays it returns (``allocate(shape, dtype)``).
+        It returns None, running nothing, unless the arrays are contiguous, aligned numpy
+        arrays of those shapes and dtypes. One generated function, as `dataclasses` writes
+        its methods: the general path's layers of loops and calls cost a model's call 3-3.5
+        us over its kernels, this 1.6-1.9 (issue 26's goal: <= 2)."""
+        env = {"ndarray": np.ndarray, "from_buffer": self._ffi.from_buffer,
+               "table": self._table, "entry": self._entry, "failed": self._failed,
+               "check": self._check}
+        lines = ["def call(arrays):", f"    if len(arrays) != {len(inputs)}:",
+                 "        return None"]
+        if inputs:
+            lines.append(f"    {', '.join(f'a{k}' for k in range(len(inputs)))}, = arrays")
+        for k, (shape, dtype, _) in enumerate(inputs):
+            env[f"shape{k}"], env[f"dtype{k}"] = shape, dtype
+            lines += [f"    if type(a{k}) is not ndarray or a{k}.shape != shape{k} or "
+                      f"a{k}.dtype != dtype{k}:", "        return None",
+                      f"    flags = a{k}.flags",
+                      "    if not (flags.c_contiguous and flags.aligned):",
+                      "        return None"]
+        bound = [(f"a{k}", slots) for k, (_, _, slots) in enumerate(inputs)]
+        for k, (shape, dtype, slots, allocate) in enumerate(outputs):
+            env[f"out_shape{k}"], env[f"out_dtype{k}"], env[f"allocate{k}"] = \
+                shape, dtype, allocate
+            lines.append(f"    o{k} = allocate{k}(out_shape{k}, out_dtype{k})")
+            bound.append((f"o{k}", slots))
+        lines += [f"    p{k} = from_buffer({name})" for k, (name, _) in enumerate(bound)]
+        lines.append("    try:")
+        lines += [f"        table[{i}] = p{k}" for k, (_, slots) in enumerate(bound)
+                  for i in slots]
+        lines += ["        status = entry(table, failed)", "    finally:"]
+        for _, slots in bound:
+            for i in slots:
+                env[f"home{i}"] = self._home[i]
+                lines.append(f"        table[{i}] = home{i}")
+        outs = ", ".join(f"o{k}" for k in range(len(outputs)))
+        lines += ["    if status != 0:", "        check(status)",
+                  f"    return {outs if len(outputs) == 1 else f'({outs},)'}"]
+        exec("\n".join(lines), env)
+        return env["call"]
+
+    def _check(self, status: int) -> None:
         if status != 0:
             self._calls[self._failed[0]].kernel.raise_status(status)
