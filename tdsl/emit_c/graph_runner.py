@@ -13,6 +13,7 @@ import numpy as np
 from cffi import FFI
 
 from ..target import Target
+from . import lean
 from .build import BuildCache
 from .kernel import CCall, load_library
 
@@ -106,27 +107,14 @@ class GraphRunner:
         self._check(status)
 
     def lean_call(self, inputs, outputs):
-        """``call(arrays)``: `run_on` for one binding, written out for it: ``inputs`` are
-        ``(shape, dtype, slots)`` of the arrays a call takes, ``outputs`` ``(shape, dtype,
-        slots, allocate)`` of the fresh arrays it returns (``allocate(shape, dtype)``).
-        It returns None, running nothing, unless the arrays are contiguous, aligned numpy
-        arrays of those shapes and dtypes. One generated function, as `dataclasses` writes
-        its methods: the general path's layers of loops and calls cost a model's call 3-3.5
-        us over its kernels, this 1.6-1.9 (issue 26's goal: <= 2)."""
-        env = {"ndarray": np.ndarray, "from_buffer": self._ffi.from_buffer,
-               "table": self._table, "entry": self._entry, "failed": self._failed,
-               "check": self._check}
-        lines = ["def call(arrays):", f"    if len(arrays) != {len(inputs)}:",
-                 "        return None"]
-        if inputs:
-            lines.append(f"    {', '.join(f'a{k}' for k in range(len(inputs)))}, = arrays")
-        for k, (shape, dtype, _) in enumerate(inputs):
-            env[f"shape{k}"], env[f"dtype{k}"] = shape, dtype
-            lines += [f"    if type(a{k}) is not ndarray or a{k}.shape != shape{k} or "
-                      f"a{k}.dtype != dtype{k}:", "        return None",
-                      f"    flags = a{k}.flags",
-                      "    if not (flags.c_contiguous and flags.aligned):",
-                      "        return None"]
+        """``call(arrays)``: `run_on` for one binding, written out for it (`emit_c.lean`):
+        ``inputs`` are ``(shape, dtype, slots)`` of the arrays a call takes, ``outputs``
+        ``(shape, dtype, slots, allocate)`` of the fresh arrays it returns
+        (``allocate(shape, dtype)``). It returns None, running nothing, unless the arrays
+        are contiguous, aligned numpy arrays of those shapes and dtypes."""
+        env = {"from_buffer": self._ffi.from_buffer, "table": self._table,
+               "entry": self._entry, "failed": self._failed, "check": self._check}
+        lines = lean.unpack_and_check(len(inputs), env, [(s, d) for s, d, _ in inputs])
         bound = [(f"a{k}", slots) for k, (_, _, slots) in enumerate(inputs)]
         for k, (shape, dtype, slots, allocate) in enumerate(outputs):
             env[f"out_shape{k}"], env[f"out_dtype{k}"], env[f"allocate{k}"] = \
@@ -145,8 +133,7 @@ class GraphRunner:
         outs = ", ".join(f"o{k}" for k in range(len(outputs)))
         lines += ["    if status != 0:", "        check(status)",
                   f"    return {outs if len(outputs) == 1 else f'({outs},)'}"]
-        exec("\n".join(lines), env)
-        return env["call"]
+        return lean.define("call(arrays)", lines, env)
 
     def _check(self, status: int) -> None:
         if status != 0:
