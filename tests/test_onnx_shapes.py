@@ -7,6 +7,7 @@ import shutil
 
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 
 onnx = pytest.importorskip("onnx", reason="needs the onnx package (pip install 'tdsl[onnx]')")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
@@ -84,6 +85,36 @@ def test_onnx_module_binds_the_dimensions_per_call():
     assert len(mod._built) == 2                         # (2, 3) was built once
     with pytest.raises(CallError, match="rank 2, expected 3"):
         mod(np.zeros((2, 8), np.float32))
+
+
+@pytest.fixture(scope="module")
+def dynamic_module():
+    return OnnxModule(dynamic_model())
+
+
+@needs_gcc
+@settings(max_examples=15, deadline=None)
+@given(calls=st.lists(st.sampled_from([(2, 3), (1, 7), "rank 2", "list"]), min_size=1,
+                      max_size=6))
+def test_a_call_like_the_last_reuses_its_module_and_others_bind_afresh(dynamic_module,
+                                                                       calls):
+    """Whatever the order of calls, each gives the model's result for its own sizes, or
+    the error of its arguments: the last call's module serves only a call of the same
+    input shapes."""
+    mod = dynamic_module
+    for call in calls:
+        if call == "rank 2":
+            with pytest.raises(CallError, match="rank 2, expected 3"):
+                mod(np.zeros((2, 8), np.float32))
+            continue
+        if call == "list":
+            with pytest.raises(TdslError, match="numpy.ndarray"):
+                mod(np.zeros((2, 3, 8)).tolist())
+            continue
+        x = RNG.standard_normal((*call, 8)).astype(np.float32)
+        np.testing.assert_allclose(mod(x), expected(x), rtol=1e-5, atol=1e-5)
+        assert mod._last[0] == (x.shape,)
+    assert len(mod._built) <= 2
 
 
 @needs_gcc
