@@ -373,23 +373,32 @@ def main(argv=None) -> int:
 
 def call_path_table(calls: int = 2000, rounds: int = 7):
     """A graph module's call beside its C entry point called alone (the kernels in order,
-    bound to the last call's buffers), each the best of ``rounds`` x ``calls`` calls,
-    rounds interleaved: the difference is what the call path costs (issue 26: <= 2 us)."""
+    bound to the last call's buffers), and a 16-value kernel's call beside its bound run
+    (`Kernel.bind`), each the best of ``rounds`` x ``calls`` calls, rounds interleaved: the
+    difference is what the call path costs (issue 26: <= 2 us for a graph module)."""
     print(f"{'call path':<28}{'call us':>9}{'kernels us':>11}{'overhead us':>12}")
+    cases = []
     for path, shape in (("mlp.tdsl", (1, 784)), ("small_cnn.tdsl", (1, 3, 32, 32))):
         g = tdsl.load(ROOT / "examples" / "models" / path)[path.removesuffix(".tdsl")]
         module = g.build(params=g.random_params(shapes={"B": 1}))
         x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
         module(x)
-        kernels = module._last.run             # the C entry point, nothing of Python's call
+        # the C entry point, nothing of Python's call
+        cases.append((g.name + " B=1", lambda m=module, x=x: m(x), module._last.run))
+    kernel = tdsl.loads("op add_one(X: f32[N]) -> Y: f32[N] { Y[i] = X[i] + 1.0 }")[
+        "add_one"].build(shapes={"N": 16})
+    x16 = np.ones(16, np.float32)
+    kernel(x16)
+    cases.append(("kernel, 16 values", lambda: kernel(x16), kernel.bind(x16)[0]))
+    for name, call, kernels in cases:
         best = {"call": float("inf"), "kernels": float("inf")}
         for _ in range(rounds):
-            for name, fn in (("call", lambda: module(x)), ("kernels", kernels)):
+            for which, fn in (("call", call), ("kernels", kernels)):
                 t = time.perf_counter()
                 for _ in range(calls):
                     fn()
-                best[name] = min(best[name], (time.perf_counter() - t) / calls * 1e6)
-        print(f"{g.name + ' B=1':<28}{best['call']:9.2f}{best['kernels']:11.2f}"
+                best[which] = min(best[which], (time.perf_counter() - t) / calls * 1e6)
+        print(f"{name:<28}{best['call']:9.2f}{best['kernels']:11.2f}"
               f"{best['call'] - best['kernels']:12.2f}", flush=True)
 
 

@@ -4,7 +4,7 @@ out as one Python function for that binding, as `dataclasses` writes its methods
 A call's Python time is what a small kernel pays on top of its own work. The general path
 checks each argument in loops, builds lists and calls helpers; written out for one set of
 shapes and dtypes, the same checks are a few comparisons each and the arrays go to C with
-no loop and no call between them: a tiny kernel's call 2.7 -> 1.2 us, the MLP example's
+no loop and no call between them: a tiny kernel's call 2.7 -> 1.5 us, the MLP example's
 graph call 3.0-3.5 -> 1.6-1.8 us over its kernels (one thread, AVX-512 host).
 
 The generated function returns None, running nothing, for any argument it does not take
