@@ -10,6 +10,8 @@ import numpy as np
 
 from ..errors import CallError, TdslError, TdslWarning
 
+_shape = operator.attrgetter("shape")
+
 
 class OnnxModule:
     """``OnnxModule(model, target="c", constants=None, **build_options)``: ``model`` an
@@ -92,5 +94,3 @@ class OnnxModule:
             self._last = (shapes, module)
         return module(*inputs)
 
-
-_shape = operator.attrgetter("shape")
