@@ -346,9 +346,10 @@ class GraphModule:
             outs = lean(inputs) if lean is not None else None
             if outs is not None:
                 return outs
-            bindings = _bindings(bound, inputs)
-            if bindings is not None:
-                return _run(bound, bindings)
+            with bound.run.lock:
+                bindings = _bindings(bound, inputs)
+                if bindings is not None:
+                    return _run(bound, bindings)
         if not all(isinstance(a, np.ndarray) for a in inputs):
             from .torch_bridge import interop       # tensors in, tensors out, no copy
             if any(interop.is_foreign(a) for a in inputs):
@@ -356,7 +357,8 @@ class GraphModule:
                                     self.graph.ir.inputs)
         arrays = check_inputs(self.graph.ir, inputs)
         self._last = bound = self._for(arrays)
-        return _run(bound, _bindings(bound, list(arrays.values()), checked=True))
+        with bound.run.lock:
+            return _run(bound, _bindings(bound, list(arrays.values()), checked=True))
 
     def _staged(self, inputs) -> "_Bound":
         """The entry for ``inputs``, with them copied into its staging buffers (what the

@@ -9,6 +9,8 @@ build cache serves it across processes; the table is filled in at bind time.
 """
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 from cffi import FFI
 
@@ -69,6 +71,10 @@ class GraphRunner:
         self._home = [self._table[i] for i in range(len(self._table))]   # what run_on restores
         self._failed = ffi.new("int64_t *")
         self._calls = calls          # the kernels' libraries and the arrays stay alive
+        # held by a call from binding its arrays to reading its outputs: the table, the
+        # staging buffers and the arena are the binding's, one set for all threads (two
+        # threads calling a small CNN's module at once got 70% of their results wrong)
+        self.lock = threading.Lock()
 
     def __call__(self) -> None:
         self._check(self._entry(self._table, self._failed))
@@ -113,7 +119,8 @@ class GraphRunner:
         (``allocate(shape, dtype)``). It returns None, running nothing, unless the arrays
         are contiguous, aligned numpy arrays of those shapes and dtypes."""
         env = {"from_buffer": self._ffi.from_buffer, "table": self._table,
-               "entry": self._entry, "failed": self._failed, "check": self._check}
+               "entry": self._entry, "failed": self._failed, "check": self._check,
+               "acquire": self.lock.acquire, "release": self.lock.release}
         lines = lean.unpack_and_check(len(inputs), env, [(s, d) for s, d, _ in inputs])
         bound = [(f"a{k}", slots) for k, (_, _, slots) in enumerate(inputs)]
         for k, (shape, dtype, slots, allocate) in enumerate(outputs):
@@ -122,7 +129,7 @@ class GraphRunner:
             lines.append(f"    o{k} = allocate{k}(out_shape{k}, out_dtype{k})")
             bound.append((f"o{k}", slots))
         lines += [f"    p{k} = from_buffer({name})" for k, (name, _) in enumerate(bound)]
-        lines.append("    try:")
+        lines += ["    acquire()", "    try:"]
         lines += [f"        table[{i}] = p{k}" for k, (_, slots) in enumerate(bound)
                   for i in slots]
         lines += ["        status = entry(table, failed)", "    finally:"]
@@ -130,6 +137,7 @@ class GraphRunner:
             for i in slots:
                 env[f"home{i}"] = self._home[i]
                 lines.append(f"        table[{i}] = home{i}")
+        lines.append("        release()")
         outs = ", ".join(f"o{k}" for k in range(len(outputs)))
         lines += ["    if status != 0:", "        check(status)",
                   f"    return {outs if len(outputs) == 1 else f'({outs},)'}"]
