@@ -452,17 +452,18 @@ class _Bound:
             return None
         inputs = [(b.shape, b.dtype, slots)
                   for b, slots in zip(self.inputs.values(), self.input_slots)]
-        outputs = [(shape, dtype, slots, np.empty if small else
-                    functools.partial(checked_empty, what=what))
-                   for (shape, dtype, small, what), slots in zip(self.output_specs,
-                                                                 self.output_slots)]
+        outputs = [(shape, dtype, slots, allocate)
+                   for (shape, dtype, allocate), slots in zip(self.output_specs,
+                                                              self.output_slots)]
         return self.run.lean_call(inputs, outputs)
 
     @functools.cached_property
     def output_specs(self) -> tuple:
-        """``(shape, dtype, small, what)`` per output, for `_run`'s fresh arrays."""
-        return tuple((o.shape, o.dtype, o.nbytes < ALIGNED_MIN_BYTES, "an output of graph "
-                      f"{self.compiled.ir.name}") for o in self.outputs)
+        """``(shape, dtype, allocate)`` per output: ``allocate(shape, dtype)`` makes a call's
+        fresh array (large ones on a cache line: `sizes.empty`)."""
+        return tuple((o.shape, o.dtype, np.empty if o.nbytes < ALIGNED_MIN_BYTES else
+                      functools.partial(checked_empty, what="an output of graph "
+                                        f"{self.compiled.ir.name}")) for o in self.outputs)
 
 
 def _call_slots(compiled: "CompiledGraph", buffers: dict, runner: GraphRunner):
@@ -516,8 +517,7 @@ def _run(bound: "_Bound", bindings):
         bound.run.run_on(bindings)
         outs = [o.copy() for o in bound.outputs]
     else:
-        outs = [np.empty(shape, dtype) if small else checked_empty(shape, dtype, what)
-                for shape, dtype, small, what in bound.output_specs]
+        outs = [allocate(shape, dtype) for shape, dtype, allocate in bound.output_specs]
         bound.run.run_on(bindings + list(zip(bound.output_slots, outs)))
     return outs[0] if len(outs) == 1 else tuple(outs)
 
