@@ -123,15 +123,16 @@ _MINMAX_X86 = {
 
 # min/max of a float and a constant that is not NaN (ReLU6's clamp, a quantize's range): a
 # NaN can only come from x, so one compare and a select keep it (the general helpers above
-# test both operands: two compares, an or and a blend). {op} is ``<`` for min and ``>`` for
-# max; ``k`` is picked on a tie when it is the first argument, as the general helpers do
-# (the sign of a zero survives).
+# test both operands: two compares, an or and a blend), and with the constant second, on
+# x86 hosts, one min/max instruction ({fast}, `Helpers.min_max_const`). {op} is ``<`` for
+# min and ``>`` for max; ``k`` is picked on a tie when it is the first argument, as the
+# general helpers do (the sign of a zero survives).
 _MINMAX_CONST = """\
 {q} {t} tdsl_{name}{first}_{d}({t} x, {t} k) {{ return k {op}{tie} x ? k : x; }}"""
 _MINMAX_CONST_VECTOR = """\
 typedef {it} {mv} __attribute__((vector_size({bytes})));
 {q} {v} tdsl_{name}{first}_{vd}({v} x, {v} k) {{
-    {mv} m = k {op}{tie} x;
+{fast}    {mv} m = k {op}{tie} x;
     return ({v})((m & ({mv})k) | (~m & ({mv})x));
 }}"""
 
@@ -620,9 +621,18 @@ class Helpers:
                       tie="=" if const_first else "")
         if "x" in dtype:
             scalar, lanes = dtype.split("x")
-            self._add(f"{name}{first}_{dtype}", _MINMAX_CONST_VECTOR, scalar,
-                      v=self.vector(scalar, int(lanes)), vd=dtype,
-                      it={"f32": "int32_t", "f64": "int64_t"}[scalar],
+            v, fast = self.vector(scalar, int(lanes)), ""
+            # x86's max(a, b) is ``a > b ? a : b`` (min: ``<``), b on a NaN or a tie of
+            # zeros: with k first it is this helper exactly, in one instruction where the
+            # select takes a compare and a blend (MobileNetV2's ReLU6 epilogues)
+            if (scalar, int(lanes)) in _MINMAX_X86 and self.native_math is None and \
+                    not const_first:
+                guard, fn, m, _ = _MINMAX_X86[scalar, int(lanes)]
+                call = f"{fn.format(name)}(({m})k, ({m})x)"
+                fast = f"#if {guard}\n    return ({v}){call};\n#endif\n"
+                self._x86_header()
+            self._add(f"{name}{first}_{dtype}", _MINMAX_CONST_VECTOR, scalar, v=v, vd=dtype,
+                      it={"f32": "int32_t", "f64": "int64_t"}[scalar], fast=fast,
                       mv=f"tdsl_mask_{dtype}", bytes=int(lanes) * _SIZES[scalar], **fields)
         else:
             self._add(f"{name}{first}_{dtype}", _MINMAX_CONST, dtype, **fields)
