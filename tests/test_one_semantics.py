@@ -276,6 +276,39 @@ def test_a_clamp_past_the_range_of_the_cast_is_dropped(vector):
     np.testing.assert_array_equal(got[0], [_saturated(float(v), "u8") for v in half])
 
 
+ROUND_TRIPS = """
+op round_trips(X: f32[N]) -> (A: f32[N], B: f32[N], C: f32[N], D: f32[N]) {
+    A[i] = f32(u8(round(X[i] * 0.5) + 3.0))
+    B[i] = f32(i8(round(X[i]) - 1.0))
+    C[i] = f32(u8(X[i] * 0.5))
+    D[i] = f32(i16(round(X[i] * 0.25) * 2.0 - 3.0))
+}
+"""
+
+
+@needs_gcc
+@pytest.mark.parametrize("lanes", [1, 8, 16])
+def test_a_round_trip_through_a_small_integer_type_truncates_only_what_is_not_whole(lanes):
+    """``f32(u8(v))`` vectorized is a clamp and a truncation in floats, the truncation left
+    out where v is a whole number already (a round, and sums and products of whole
+    numbers): the same values either way, NaN -> 0 (not i8's -128) included."""
+    op = tdsl.loads(ROUND_TRIPS)["round_trips"]
+    sched = op.schedule("naive")
+    if lanes > 1:
+        for out in "ABCD":
+            sched = sched.split(out, "i", lanes, outer="o", inner="l").vectorize(out, "l")
+    x = np.array(CAST_EDGES * 2, np.float32)[:67]
+    k = op.build(schedule=sched, shapes={"N": x.size})
+    if lanes > 1:
+        assert k.source.count("_whole(") == 3 + 3   # A, B and D's helpers and calls
+    f = np.float32
+    with np.errstate(invalid="ignore", over="ignore"):
+        v = [np.rint(x * f(0.5)) + f(3.0), np.rint(x) - f(1.0), x * f(0.5),
+             np.rint(x * f(0.25)) * f(2.0) - f(3.0)]
+    for g, w, t, name in zip(k(x), v, ("u8", "i8", "u8", "i16"), "ABCD"):
+        np.testing.assert_array_equal(g, [_saturated(float(e), t) for e in w], err_msg=name)
+
+
 @needs_gcc
 @pytest.mark.parametrize("lanes", [1, 4, 8, 16])
 def test_min_max_with_a_constant_keep_nans(lanes):

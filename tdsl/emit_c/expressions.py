@@ -38,6 +38,27 @@ FIRST_READ_FAULT = 2
 NARROW_INTS = ("i8", "i16", "u8", "u16")
 
 
+def _whole(e) -> bool:
+    """Whether every value of a float expression is a whole number, an infinity or NaN: a
+    round, floor or ceil, an integer converted, a whole constant, and their sums,
+    differences and products (each rounds to a whole number: every float from 2**24 up is
+    one, and every whole number below it a float)."""
+    if isinstance(e, Broadcast):
+        return _whole(e.value)
+    if isinstance(e, te.Intrinsic):
+        return e.name in ("round", "floor", "ceil")
+    if isinstance(e, te.Const):
+        return isinstance(e.value, (int, float)) and math.isfinite(e.value) and \
+            float(e.value).is_integer()
+    if isinstance(e, te.Cast):
+        return is_int(split_dtype(e.a.dtype)[0])
+    if isinstance(e, te.Binary):
+        return e.op in ("+", "-", "*") and _whole(e.a) and _whole(e.b)
+    if isinstance(e, te.Unary):
+        return e.op == "-" and _whole(e.a)
+    return False
+
+
 class CExpressionPrinter:
     """Expression half of `CFamilyPrinter`: the hooks a language overrides for expressions,
     and one visit method per expression node."""
@@ -160,8 +181,9 @@ class CExpressionPrinter:
             src, dst = split_dtype(e.a.dtype)[0], split_dtype(e.dtype)[0]
             if dst == "f32" and isinstance(e.a, te.Cast) and is_int(src) and \
                     element_size(src) <= 2 and e.a.a.dtype == e.dtype:
-                # f32(u8(x)): clamped and truncated in floats (helpers._THROUGH_INT_VECTOR)
-                helper = self.helpers.through_int_vector(e.dtype, src)
+                # f32(u8(x)): clamped and truncated in floats (helpers._THROUGH_INT_VECTOR),
+                # x a whole number already (a requantize's round) clamped only
+                helper = self.helpers.through_int_vector(e.dtype, src, _whole(e.a.a))
                 return f"{helper}({self.expr(e.a.a)})", POSTFIX
             if is_float(src) and is_int(dst):   # saturating, NaN -> 0, as the scalar one
                 return f"{self.helpers.to_int_sat_vector(e.a.dtype, e.dtype)}" \
