@@ -293,6 +293,42 @@ def test_default_schedule_flattens_rows_that_are_not_whole_vectors(shape, per_ch
     np.testing.assert_array_equal(built(x, sc), want.astype(np.uint8))
 
 
+FEW_ROWS_SUM = """
+op step(H: f32[B, K], R: f32[K, G]) -> M: f32[B, G] {
+    M[b, g] = sum[k](H[b, k] * R[k, g])
+}
+"""
+
+
+@pytest.mark.parametrize("target", ["c", "c -march=x86-64-v3"])
+@pytest.mark.skipif(shutil.which("gcc") is None, reason="gcc is not installed")
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(rows=st.integers(1, 6), k=st.integers(1, 70), vectors=st.integers(1, 40),
+       tail=st.sampled_from([0, 3]))
+def test_default_schedule_sums_a_few_rows_in_a_register_tile(target, rows, k, vectors, tail):
+    """A reduction into at most FEW_ROWS rows whose row is whole vectors (an LSTM step: a
+    batch of 2, 64 -> 256 gates) runs chunks of the row outermost and the sum inside them,
+    every row of the chunk unrolled: its rows x vectors accumulators (at most half the
+    target's registers, the chunk a divisor of the row) stay in registers, and each vector
+    of R is loaded once for all the rows. Other sums keep ``i, k, j``."""
+    t = Target(target)
+    op = tdsl.loads(FEW_ROWS_SUM)["step"]
+    g = vectors * t.lanes + tail
+    shapes = dict(B=rows, K=k, G=g)
+    names = [lp.var.name for lp in loops(op.lower(target=target, shapes=shapes))]
+    if rows <= 4 and not tail:
+        chunk = max(d for d in range(1, vectors + 1)
+                    if vectors % d == 0 and d * rows <= t.registers // 2)
+        assert names == (["g.c"] if chunk < vectors else []) + (["k"] if k > 1 else []), names
+    else:
+        assert "g.c" not in names, names
+    rng = np.random.default_rng(rows * 1000 + k)
+    h = rng.standard_normal((rows, k)).astype(np.float32)
+    r = rng.standard_normal((k, g)).astype(np.float32)
+    got = op.build(target, shapes=shapes)(h, r)
+    np.testing.assert_allclose(got, h.astype(np.float64) @ r, rtol=1e-4, atol=1e-4)
+
+
 # ---------------------------------------------------------------------------- schedules
 
 MATMUL_SCHEDULES = {
