@@ -17,6 +17,7 @@ from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 from onnx.reference import ReferenceEvaluator  # noqa: E402
 
 import tdsl  # noqa: E402
+from tdsl.lowering.loop_ir import For, walk_stmt  # noqa: E402
 from tdsl.onnx_import import convert_model  # noqa: E402
 
 from onnx_check import assert_outputs_match, run_imported  # noqa: E402
@@ -193,6 +194,26 @@ def test_resize_5d_on_chosen_axes(attrs, scales):
     m = _model("Resize", x.shape, attrs, [("roi", np.array([], np.float32)),
                                           ("scales", np.array(scales, np.float32))])
     _check(m, x)
+
+
+@needs_gcc
+@pytest.mark.parametrize("attrs, scales", [
+    ({"mode": "linear"}, [1.0, 1.0, 2.0, 2.0]),                         # U-Net's upsampling
+    ({"mode": "nearest", "coordinate_transformation_mode": "asymmetric"}, [1, 1, 1.5, 2.5]),
+])
+def test_resize_reads_its_gathers_unchecked_and_unrolls_its_taps(attrs, scales):
+    """The gathered rows and columns are clipped at import, and clamped in the op so the
+    checker proves every read (no bounds test, no fault flag per tap); a linear resize's
+    2 x 2 taps are unrolled by the default schedule (straight-line sums)."""
+    x = _r(1, 3, 8, 8)
+    m = _model("Resize", x.shape, attrs, [("roi", np.array([], np.float32)),
+                                          ("scales", np.array(scales, np.float32))])
+    text = _check(m, x)
+    (name,) = [n for n in tdsl.loads(text).own_ops() if n.startswith("resize")]
+    func = tdsl.loads(text)[name].lower(target="c")
+    assert func.attrs["unproven_accesses"] == 0
+    loops = [st_.var.name for st_ in walk_stmt(func.body) if isinstance(st_, For)]
+    assert not [v for v in loops if v.startswith("t")], loops
 
 
 def test_refusals_name_what_is_unsupported():

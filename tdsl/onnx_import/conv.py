@@ -874,7 +874,7 @@ def _resize(cv, node, x, scales, sizes, roi, mode, nearest_mode, ctm, cubic_a,
                 t = cv.tensor(base + "i")
                 params.append(f"I{d}: {t.type}")
                 args.append(t)
-                subs[d] = f"I{d}[{oi[d]}]"
+                subs[d] = _clamped(f"I{d}[{oi[d]}]", shape_in[d])
         else:
             taps = f"t{d}"
             cv.static[base + "i"] = idx.astype(np.int32)
@@ -882,7 +882,7 @@ def _resize(cv, node, x, scales, sizes, roi, mode, nearest_mode, ctm, cubic_a,
             ti, tw = cv.tensor(base + "i"), cv.tensor(base + "w")
             params += [f"I{d}: {ti.type}", f"W{d}: {tw.type}"]
             args += [ti, tw]
-            subs[d] = f"I{d}[{oi[d]}, {taps}]"
+            subs[d] = _clamped(f"I{d}[{oi[d]}, {taps}]", shape_in[d])
             factors.append(f"W{d}[{oi[d]}, {taps}]")
             red.append(f"{taps}: {w.shape[1]}")
         if ex is not None and ex.any():
@@ -899,6 +899,13 @@ def _resize(cv, node, x, scales, sizes, roi, mode, nearest_mode, ctm, cubic_a,
     text = (f"op {{name}}(X: {T.ty(shape_in, dt)}{''.join(', ' + p for p in params)}) "
             f"-> Y: {T.ty(out, dt)} {{\n    Y[{', '.join(oi)}] = {body}\n}}\n")
     cv.call(node.output[0], cv.op("resize", text), args, tuple(out), dtype=dt)
+
+
+def _clamped(index: str, size: int) -> str:
+    """A gathered index that is in [0, size) already (`_resize_axis` clips it), clamped
+    there all the same so the checker proves the read: unchecked, each tap's bounds test
+    (and its fault flag) cost U-Net's 2x upsampling 12.2 us against 7.8."""
+    return f"min(max(i64({index}), 0), {size - 1})"
 
 
 @converter("Resize", attrs=("antialias", "axes", "coordinate_transformation_mode",
