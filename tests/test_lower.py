@@ -329,6 +329,29 @@ def test_default_schedule_sums_a_few_rows_in_a_register_tile(target, rows, k, ve
     np.testing.assert_allclose(got, h.astype(np.float64) @ r, rtol=1e-4, atol=1e-4)
 
 
+PLANES = """
+op planes(X: f32[B, W, 16]) -> Y: f32[B * 16, W] {
+    Y[c, x] = max(X[c // 16, x, c % 16], 0.0)
+}
+"""
+
+
+@pytest.mark.parametrize("blocks, width", [(4, 100), (1, 3), (3, 37)])
+@pytest.mark.skipif(shutil.which("gcc") is None, reason="gcc is not installed")
+def test_default_schedule_reads_blocks_back_into_planes_a_pixel_at_a_time(blocks, width):
+    """A blocked layout read back into planes (a from_nchwc the graph fused with the ReLU
+    after it): the channels of a block are innermost and unrolled, so each pixel's block is
+    read once, contiguous, and written to its planes. Plane by plane, every read took a
+    cache line for one value (a 1-D convolution's output, 64 x 4000: 160 us against 33)."""
+    op = tdsl.loads(PLANES)["planes"]
+    shapes = dict(B=blocks, W=width)
+    names = [lp.var.name for lp in loops(op.lower(target="c", shapes=shapes))]
+    assert names == (["c.o"] if blocks > 1 else []) + (["x"] if width > 1 else []), names
+    x = np.random.default_rng(blocks).standard_normal((blocks, width, 16)).astype(np.float32)
+    want = np.maximum(x.transpose(0, 2, 1).reshape(blocks * 16, width), 0)
+    np.testing.assert_array_equal(op.build("c", shapes=shapes)(x), want)
+
+
 # ---------------------------------------------------------------------------- schedules
 
 MATMUL_SCHEDULES = {

@@ -13,6 +13,9 @@ part of the gap with rules any stage can take:
   tile of accumulators (`_register_tile`);
 - a reduction of a few gathered terms per output (``FEW_TAPS``: a resize's 2 x 2 taps, a
   col2im) has its reduction loops unrolled;
+- a stage that reads a blocked layout back into planes (``X[c // 16, x, c % 16]``: a
+  ``from_nchwc`` fused with what follows) runs the block's channels innermost, unrolled
+  (`_planes_from_blocks`);
 - the innermost data loop, when it is innermost and contiguous, is split by one vector of
   the target (its f32 lanes x 4 bytes: 16 f32 on AVX-512, 8 on AVX2; of the widest element
   the stage reads or writes) and the inner part vectorized, if it is at least that long;
@@ -129,6 +132,10 @@ def _schedule_stage(s: Schedule, t: te.Tensor, env: dict, vector_bytes: int,
     if red and contiguous and broadcast and lanes > 1 and outer and None not in extents \
             and _product(extents[:-1]) <= FEW_ROWS and n % lanes == 0:
         return _register_tile(s, t, outer, red, inner_name, extents, lanes, registers)
+    block = None if red or contiguous or not outer or None in extents else \
+        _channel_block(t, data[-2].var, inner.var)
+    if block is not None and extents[-2] % block == 0:
+        return _planes_from_blocks(s, t, outer, inner_name, block, work)
     if len(outer) >= 2 and extents[0] is not None and extents[0] < SMALL_EXTENT:
         fused = f"{outer[0]}.{outer[1]}.f"
         s = s.fuse(name, outer[0], outer[1], fused=fused)
@@ -161,6 +168,39 @@ def _schedule_stage(s: Schedule, t: te.Tensor, env: dict, vector_bytes: int,
         parallel_axis = outer[0] if outer else io
     if parallel_axis and (work is None or work >= MIN_PARALLEL_WORK):
         s = s.parallel(name, parallel_axis)
+    return s
+
+
+def _channel_block(t: te.Tensor, c: te.Var, x: te.Var) -> int | None:
+    """``b`` where a load reads the innermost axis ``x`` outside its last index and the axis
+    ``c`` before it as ``c % b`` inside: a blocked layout read back into planes
+    (``X[n, c // 16, y, x, c % 16]``, a ``from_nchwc`` the graph fused with what follows)."""
+    for ld in te.loads(t.op.body):
+        if not any(_uses(i, x) for i in ld.indices[:-1]):
+            continue
+        for e in te.walk(ld.indices[-1]):
+            if isinstance(e, te.Binary) and e.op == "%" and isinstance(e.b, te.Const) and \
+                    e.b.value > 1 and _uses(e.a, c):
+                return int(e.b.value)
+    return None
+
+
+def _planes_from_blocks(s: Schedule, t: te.Tensor, outer: list[str], inner: str, block: int,
+                        work: int | None) -> Schedule:
+    """A blocked layout read back into planes: ``c`` split by the block, its block of
+    channels innermost and unrolled, so each pixel's block is read once, contiguous, and
+    written to its planes (`from_nchwc`'s own schedule). Plane by plane, each pixel's
+    read took a cache line for one value: a 1-D convolution's output (64 x 4000 from blocks
+    of 16, with its ReLU) took 160 us."""
+    name, c = t.name, outer[-1]
+    s = s.split(name, c, block, outer=f"{c}.o", inner=f"{c}.i")
+    rows = [*outer[:-1], f"{c}.o"]
+    s = s.reorder(name, *rows, inner, f"{c}.i").unroll(name, f"{c}.i")
+    if len(rows) > 1:
+        s = s.fuse(name, *rows, fused="rows")
+        rows = ["rows"]
+    if work is None or work >= MIN_PARALLEL_WORK:
+        s = s.parallel(name, rows[0])
     return s
 
 
