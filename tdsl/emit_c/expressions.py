@@ -224,7 +224,9 @@ class CExpressionPrinter:
             if is_float(split_dtype(dtype)[0]) and any(c is not None and not math.isnan(c)
                                                        for c in const):
                 first = const[0] is not None and not math.isnan(const[0])
-                helper = self.helpers.min_max_const(dtype, name, first)
+                # a tie of x and a nonzero constant is one value whichever side wins: only
+                # a zero first keeps its own helper (the sign of the zero)
+                helper = self.helpers.min_max_const(dtype, name, first and const[0] == 0)
                 x, k = (args[1], args[0]) if first else (args[0], args[1])
                 return f"{helper}({x}, {k})", POSTFIX
             return f"{self.helpers.min_max(dtype, name)}({args[0]}, {args[1]})", POSTFIX
