@@ -123,10 +123,11 @@ _MINMAX_X86 = {
 
 # min/max of a float and a constant that is not NaN (ReLU6's clamp, a quantize's range): a
 # NaN can only come from x, so one compare and a select keep it (the general helpers above
-# test both operands: two compares, an or and a blend), and with the constant second, on
-# x86 hosts, one min/max instruction ({fast}, `Helpers.min_max_const`). {op} is ``<`` for
-# min and ``>`` for max; ``k`` is picked on a tie when it is the first argument, as the
-# general helpers do (the sign of a zero survives).
+# test both operands: two compares, an or and a blend), and where a tie picks x (``_xk``),
+# on x86 hosts, one min/max instruction ({fast}, `Helpers.min_max_const`). {op} is ``<``
+# for min and ``>`` for max; ``k`` is picked on a tie when it is the first argument, as the
+# general helpers do (the sign of a zero survives; the printer takes ``_xk`` for a nonzero
+# constant first, whose ties are one value).
 _MINMAX_CONST = """\
 {q} {t} tdsl_{name}{first}_{d}({t} x, {t} k) {{ return k {op}{tie} x ? k : x; }}"""
 _MINMAX_CONST_VECTOR = """\
