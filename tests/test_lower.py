@@ -302,7 +302,7 @@ op step(H: f32[B, K], R: f32[K, G]) -> M: f32[B, G] {
 
 @pytest.mark.parametrize("target", ["c", "c -march=x86-64-v3"])
 @pytest.mark.skipif(shutil.which("gcc") is None, reason="gcc is not installed")
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(rows=st.integers(1, 6), k=st.integers(1, 70), vectors=st.integers(1, 40),
        tail=st.sampled_from([0, 3]))
 def test_default_schedule_sums_a_few_rows_in_a_register_tile(target, rows, k, vectors, tail):
