@@ -313,9 +313,10 @@ def test_a_round_trip_through_a_small_integer_type_truncates_only_what_is_not_wh
 @pytest.mark.parametrize("lanes", [1, 4, 8, 16])
 def test_min_max_with_a_constant_keep_nans(lanes):
     """A clamp against a constant is one compare and select (the constant is no NaN), or
-    with the constant second x86's min/max instruction (8 and 16 lanes, where the host has
-    AVX or AVX-512), with numpy's results: NaN propagates from either side. (Which zero a
-    tie of -0.0 and 0.0 gives, IEEE leaves open and numpy's own loops differ on.)"""
+    where a tie needs no side (the constant second, or a nonzero one first) x86's min/max
+    instruction (8 and 16 lanes, where the host has AVX or AVX-512), with numpy's results:
+    NaN propagates from either side. (Which zero a tie of -0.0 and 0.0 gives, IEEE leaves
+    open and numpy's own loops differ on.)"""
     op = tdsl.loads("op k(X: f32[N]) -> (A: f32[N], B: f32[N], C: f32[N], D: f32[N]) {\n"
                     "    A[i] = max(X[i], 0.0)\n    B[i] = max(-0.0, X[i])\n"
                     "    C[i] = min(X[i], -0.0)\n    D[i] = min(6.0, max(0.0, X[i]))\n}")["k"]

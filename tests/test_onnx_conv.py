@@ -209,8 +209,9 @@ def test_resize_reads_its_gathers_unchecked_and_unrolls_its_taps(attrs, scales):
     m = _model("Resize", x.shape, attrs, [("roi", np.array([], np.float32)),
                                           ("scales", np.array(scales, np.float32))])
     text = _check(m, x)
-    (name,) = [n for n in tdsl.loads(text).own_ops() if n.startswith("resize")]
-    func = tdsl.loads(text)[name].lower(target="c")
+    module = tdsl.loads(text)
+    (name,) = [n for n in module.own_ops() if n.startswith("resize")]
+    func = module[name].lower(target="c")
     assert func.attrs["unproven_accesses"] == 0
     loops = [st_.var.name for st_ in walk_stmt(func.body) if isinstance(st_, For)]
     assert not [v for v in loops if v.startswith("t")], loops
