@@ -17,7 +17,8 @@ from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 from onnx.reference import ReferenceEvaluator  # noqa: E402
 
 import tdsl  # noqa: E402
-from tdsl.lowering.loop_ir import For, walk_stmt  # noqa: E402
+from tdsl.lowering import te  # noqa: E402
+from tdsl.lowering.loop_ir import BufferLoad, For, stmt_exprs, walk_stmt  # noqa: E402
 from tdsl.onnx_import import convert_model  # noqa: E402
 
 from onnx_check import assert_outputs_match, run_imported  # noqa: E402
@@ -203,8 +204,10 @@ def test_resize_5d_on_chosen_axes(attrs, scales):
 ])
 def test_resize_reads_its_gathers_unchecked_and_unrolls_its_taps(attrs, scales):
     """The gathered rows and columns are clipped at import, and clamped in the op so the
-    checker proves every read (no bounds test, no fault flag per tap); a linear resize's
-    2 x 2 taps are unrolled by the default schedule (straight-line sums)."""
+    checker proves every read (no bounds test, no fault flag per tap); a linear resize is
+    separable, one axis at a time (the columns' 2 taps, then the rows' 2: X is read at 2
+    places, not at the 4 of a 2 x 2 window), and its taps are unrolled by the default
+    schedule (straight-line sums)."""
     x = _r(1, 3, 8, 8)
     m = _model("Resize", x.shape, attrs, [("roi", np.array([], np.float32)),
                                           ("scales", np.array(scales, np.float32))])
@@ -215,6 +218,9 @@ def test_resize_reads_its_gathers_unchecked_and_unrolls_its_taps(attrs, scales):
     assert func.attrs["unproven_accesses"] == 0
     loops = [st_.var.name for st_ in walk_stmt(func.body) if isinstance(st_, For)]
     assert not [v for v in loops if v.startswith("t")], loops
+    x_reads = [e for st_ in walk_stmt(func.body) for ex in stmt_exprs(st_) for e in te.walk(ex)
+               if isinstance(e, BufferLoad) and e.buffer.name == "X"]
+    assert len(x_reads) == (2 if attrs["mode"] == "linear" else 1), x_reads
 
 
 def test_refusals_name_what_is_unsupported():

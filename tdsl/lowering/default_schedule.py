@@ -144,13 +144,14 @@ def _schedule_stage(s: Schedule, t: te.Tensor, env: dict, vector_bytes: int,
     if red and contiguous and broadcast:
         s = s.reorder(name, *outer, *red, inner.var.name)
         innermost = True
-    elif red and _few(_const(iv.extent, env) for iv in body.axes) and \
+    if red and _few(_const(iv.extent, env) for iv in body.axes) and \
             not _contiguous(t, body.axes[-1].var)[0]:
-        # a few gathered taps per output (a bilinear resize's 2 x 2, a transposed
-        # convolution's col2im) unrolled: each output's sum is straight-line code gcc keeps
-        # in a register (U-Net's 2x upsampling 12.2 -> 5.4 us with its gathers' checks
-        # gone). A sum along contiguous values stays a loop gcc vectorizes (attention's
-        # scores over 16 values ran 6.2 -> 8.5 us unrolled)
+        # a few gathered taps per output (a bilinear resize's 2 x 2, or its rows' 2 when
+        # the resize is separable, a transposed convolution's col2im) unrolled: each
+        # output's sum is straight-line code gcc keeps in a register (U-Net's 2x upsampling
+        # 12.2 -> 5.4 us with its gathers' checks gone). A sum along contiguous values stays
+        # a loop gcc vectorizes (attention's scores over 16 values ran 6.2 -> 8.5 us
+        # unrolled)
         for axis in red:
             s = s.unroll(name, axis)
     parallel_axis = outer[0] if outer else inner_name

@@ -847,6 +847,7 @@ def _resize(cv, node, x, scales, sizes, roi, mode, nearest_mode, ctm, cubic_a,
     wnp = np.float32 if dt != "f64" else np.float64
     oi = T.idx(r, "i")
     subs, factors, masks, red, params, args = list(oi), [], [], [], [], [x]
+    tapped = []                                  # (axis, its clamped tap index, its weight)
     for d in range(r):
         trivial = math.isclose(sf[d], 1.0) and out[d] == shape_in[d] and \
             (full_roi is None or (math.isclose(full_roi[d], 0.0) and
@@ -885,20 +886,50 @@ def _resize(cv, node, x, scales, sizes, roi, mode, nearest_mode, ctm, cubic_a,
             subs[d] = _clamped(f"I{d}[{oi[d]}, {taps}]", shape_in[d])
             factors.append(f"W{d}[{oi[d]}, {taps}]")
             red.append(f"{taps}: {w.shape[1]}")
+            tapped.append(d)
         if ex is not None and ex.any():
             cv.static[base + "e"] = ex.astype(np.bool_)
             te = cv.tensor(base + "e")
             params.append(f"E{d}: {te.type}")
             args.append(te)
             masks.append(f"E{d}[{oi[d]}]")
-    body = " * ".join([f"X[{', '.join(subs)}]"] + factors)
-    if red:
-        body = f"sum[{', '.join(red)}]({body})"
-    if masks:
-        body = f"select({' or '.join(masks)}, {T.lit(extrap_value, dt)}, {body})"
+    if len(tapped) > 1 and not masks:
+        stages = _separable(subs, factors, red, tapped, oi, shape_in, out, dt)
+    else:
+        body = " * ".join([f"X[{', '.join(subs)}]"] + factors)
+        if red:
+            body = f"sum[{', '.join(red)}]({body})"
+        if masks:
+            body = f"select({' or '.join(masks)}, {T.lit(extrap_value, dt)}, {body})"
+        stages = f"    Y[{', '.join(oi)}] = {body}\n"
     text = (f"op {{name}}(X: {T.ty(shape_in, dt)}{''.join(', ' + p for p in params)}) "
-            f"-> Y: {T.ty(out, dt)} {{\n    Y[{', '.join(oi)}] = {body}\n}}\n")
+            f"-> Y: {T.ty(out, dt)} {{\n{stages}}}\n")
     cv.call(node.output[0], cv.op("resize", text), args, tuple(out), dtype=dt)
+
+
+def _separable(subs, factors, red, tapped, oi, shape_in, out, dt) -> str:
+    """The stages of a resize along several axes of taps (bilinear, bicubic), one axis at a
+    time from the last, as ONNX's reference interpolates: each stage sums its axis's taps
+    of the one before, so a 2-D bilinear resize reads 2 + 2 values an output where one sum
+    over the 2 x 2 window read 4 (and multiplied each by two weights). The last axis goes
+    first, while the other axes still have their input sizes: its gathers along the
+    contiguous axis are the ones that do not vectorize. The next stage gathers whole rows."""
+    shape = [out[d] if subs[d] != oi[d] and d not in tapped else shape_in[d]
+             for d in range(len(oi))]
+    source, lines = "X", []
+    order = sorted(tapped, reverse=True)
+    for j, d in enumerate(order):
+        k = tapped.index(d)
+        reads = [subs[a] if a == d or (j == 0 and a not in tapped) else oi[a]
+                 for a in range(len(oi))]
+        shape[d] = out[d]
+        name = "Y" if j == len(order) - 1 else f"R{d}"
+        if name != "Y":
+            lines.append(f"    {name}: {T.ty(shape, dt)}")
+        lines.append(f"    {name}[{', '.join(oi)}] = sum[{red[k]}]"
+                     f"({source}[{', '.join(reads)}] * {factors[k]})")
+        source = name
+    return "".join(line + "\n" for line in lines)
 
 
 def _clamped(index: str, size: int) -> str:
