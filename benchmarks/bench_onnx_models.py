@@ -13,7 +13,8 @@ cases written with onnx's helper API are always run: a 1-D convolution (Conv1d, 
 CNN's, kernel 9) and a 2-D one of the same work (3x3 over as many outputs), so their times
 can be compared ("x 2-D" = conv2d ms / conv1d ms; 1 means the 1-D one is as fast as the
 2-D one for its work); the 2-D one also as the direct sum ("direct": no Winograd, which
-does fewer multiplies than the work counted).
+does fewer multiplies than the work counted). A U-Net decoder's 2x bilinear upsampling of
+64 x 64 x 64 runs with them.
 
 onnxruntime runs with as many intra-op threads as tdsl's OpenMP: ``OMP_NUM_THREADS`` if set,
 else the machine's cores. Machines here are shared and noisy: the two are timed in turn
@@ -143,6 +144,22 @@ def conv_cases(folder: Path, c=32, f=64, length=4000, k=9, hw=(40, 100)):
             yield f"conv2d {c}->{f} {what} direct", path, [x], {"winograd": False}
 
 
+def resize_case(folder: Path, c=64, hw=64):
+    """A U-Net decoder's 2x bilinear upsampling (Resize, linear, half_pixel) of c x hw x hw,
+    at a size where the resize itself is worth timing (the shipped U-Net's is 16 x 8 x 8)."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+    x = np.random.default_rng(0).standard_normal([1, c, hw, hw]).astype(np.float32)
+    node = helper.make_node("Resize", ["x", "", "scales"], ["y"], mode="linear")
+    graph = helper.make_graph(
+        [node], "upsample", [helper.make_tensor_value_info("x", TensorProto.FLOAT, x.shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, c, 2 * hw, 2 * hw])],
+        [numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "scales")])
+    path = folder / "upsample.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    yield f"upsample2x bilinear {c}x{hw}x{hw}", path, [x]
+
+
 # ------------------------------------------------------------------ timing
 
 def main(argv=None) -> int:
@@ -153,7 +170,8 @@ def main(argv=None) -> int:
     p.add_argument("--dim", type=int, default=256, help="the model width of --seq's exports")
     p.add_argument("--rounds", type=int, default=7)
     p.add_argument("--only", help="only models whose name contains this")
-    p.add_argument("--no-conv", action="store_true", help="skip the 1-D/2-D conv cases")
+    p.add_argument("--no-conv", action="store_true",
+                   help="skip the 1-D/2-D conv cases and the upsampling")
     p.add_argument("--profile", action="store_true", help="print each tdsl kernel's time")
     p.add_argument("--flags", default="", help="extra C compiler flags for tdsl's kernels "
                    "(an A/B of a code-generation flag, e.g. -ftree-loop-if-convert)")
@@ -169,7 +187,7 @@ def main(argv=None) -> int:
         tmp = Path(tmp)
         cases = list(shipped())
         if not args.no_conv:
-            cases += list(conv_cases(tmp))
+            cases += list(conv_cases(tmp)) + list(resize_case(tmp))
         if args.seq:
             cases += list(exported(args, tmp))
         for name, path, inputs, *options in cases:
