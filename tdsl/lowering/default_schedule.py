@@ -67,7 +67,8 @@ def default_schedule(fn: te.Function, shapes: dict[str, int] | None = None,
            if v.name in (shapes or {})}
     s = Schedule(fn)
     outputs = {t.name for t in fn.outputs}
-    inlined = {t.name for t in fn.stages() if t.name not in outputs and _cheap_injective(t)}
+    inlined = {t.name for t in fn.stages() if t.name not in outputs and _cheap_injective(t)
+               and not _copy_worth_keeping(t, fn.stages())}
     for t in fn.stages():
         if t.name in inlined:
             s = s.compute_inline(t.name)
@@ -79,6 +80,22 @@ def default_schedule(fn: te.Function, shapes: dict[str, int] | None = None,
 def _cheap_injective(t: te.Tensor) -> bool:
     return not any(isinstance(e, te.Reduce) or (isinstance(e, te.Intrinsic) and e.name in COSTLY)
                    for e in te.walk(t.op.body))
+
+
+def _copy_worth_keeping(t: te.Tensor, stages) -> bool:
+    """Whether a cheap injective stage is computed once rather than in its readers: one that
+    reads through a clamped or gathered index (a resize's rows with their ends repeated:
+    inlined, the clamp would make its readers' affine reads irregular, and they would not
+    vectorize), or one that a reader gathers from (read at a data-dependent index: it
+    would be computed again at every tap)."""
+    def irregular(i):
+        return any(isinstance(e, te.Load) or (isinstance(e, te.Intrinsic) and
+                                              e.name in ("min", "max")) for e in te.walk(i))
+    if any(irregular(i) for ld in te.loads(t.op.body) for i in ld.indices):
+        return True
+    return any(ld.tensor.name == t.name and
+               any(isinstance(e, te.Load) for i in ld.indices for e in te.walk(i))
+               for r in stages for ld in te.loads(r.op.body))
 
 
 def _const(e: te.Expr, env: dict) -> int | None:
@@ -163,6 +180,15 @@ def _schedule_stage(s: Schedule, t: te.Tensor, env: dict, vector_bytes: int,
         s = s.split(name, inner_name, runs, outer=f"{inner_name}.r", inner=f"{inner_name}.c")
         outer, inner_name = outer + [f"{inner_name}.r"], f"{inner_name}.c"
         contiguous, n, parallel_axis = True, runs, outer[0]
+    phases = None if red or contiguous or runs is not None or None in extents else \
+        _phases(t, extents, lanes)
+    if phases is not None:
+        # k as k.r * phases + k.c, every load reading k.r only and k.c unrolled: each copy's
+        # selects on k % phases fold, and the loop over k.r reads rows contiguously and
+        # stores the phases interleaved, which the C compiler vectorizes
+        s = s.split(name, inner_name, phases, outer=f"{inner_name}.r",
+                    inner=f"{inner_name}.c").unroll(name, f"{inner_name}.c")
+        parallel_axis = outer[0] if outer else f"{inner_name}.r"
     if innermost and contiguous and lanes > 1 and (n is None or n >= lanes):
         io, ii = f"{inner_name}.o", f"{inner_name}.i"
         s = s.split(name, inner_name, lanes, outer=io, inner=ii).vectorize(name, ii)
@@ -293,6 +319,28 @@ def _contiguous_runs(t: te.Tensor, extents: list[int], lanes: int) -> int | None
             using = [j for j, i in enumerate(idx) if ki in te.free_vars(i)]
             return not using or (using == [len(idx) - 1] and linear(idx[-1]).coeff(ki) == 1)
         if all(reads_runs(ld) for ld in te.loads(t.op.body)):
+            return c
+    return None
+
+
+def _phases(t: te.Tensor, extents: list[int], lanes: int) -> int | None:
+    """The ``c`` (fewer than ``lanes``, dividing the innermost extent) that the innermost
+    loop ``k`` of ``t`` is divided by in its loads such that, with ``k = k.r * c + k.c``,
+    no load reads ``k.c``: an axis enlarged by a whole factor, each output reading its
+    input at ``k // c`` (a resize's phases ``k % c`` choose the weights); None if none."""
+    k, n = t.op.axes[-1].var, extents[-1]
+    divisors = {e.b.value for ld in te.loads(t.op.body) for i in ld.indices
+                for e in te.walk(i) if isinstance(e, te.Binary) and e.op == "//"
+                and isinstance(e.b, te.Const) and k in te.free_vars(e.a)}
+    for c in sorted(c for c in divisors if 1 < c < lanes and n % c == 0):
+        kr, kc = te.Var(k.name + ".r"), te.Var(k.name + ".c")
+        ctx = Ctx().with_loop(kr, te.Const(0, te.INDEX), te.Const(n // c, te.INDEX)) \
+            .with_loop(kc, te.Const(0, te.INDEX), te.Const(c, te.INDEX))
+        split = {k: te.Binary("+", te.Binary("*", kr, te.Const(c, te.INDEX), te.INDEX), kc,
+                              te.INDEX)}
+        if not any(kc in te.free_vars(simplify(te.substitute(i, split),
+                                               lambda e: bounds(e, ctx)))
+                   for ld in te.loads(t.op.body) for i in ld.indices):
             return c
     return None
 
