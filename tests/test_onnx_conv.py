@@ -204,10 +204,11 @@ def test_resize_5d_on_chosen_axes(attrs, scales):
 ])
 def test_resize_reads_its_gathers_unchecked_and_unrolls_its_taps(attrs, scales):
     """The gathered rows and columns are clipped at import, and clamped in the op so the
-    checker proves every read (no bounds test, no fault flag per tap); a linear resize is
-    separable, one axis at a time (the columns' 2 taps, then the rows' 2: X is read at 2
-    places, not at the 4 of a 2 x 2 window), and its taps are unrolled by the default
-    schedule (straight-line sums)."""
+    checker proves every read (no bounds test, no fault flag per tap). A 2x bilinear resize
+    is separable, one axis at a time: its columns repeat their taps every 2 outputs, so
+    they are read in place from a copy of each row with its ends repeated (no column is
+    gathered: the reads are affine and vectorize), then each row of the output sums 2
+    gathered rows of that, its taps unrolled by the default schedule."""
     x = _r(1, 3, 8, 8)
     m = _model("Resize", x.shape, attrs, [("roi", np.array([], np.float32)),
                                           ("scales", np.array(scales, np.float32))])
@@ -218,9 +219,43 @@ def test_resize_reads_its_gathers_unchecked_and_unrolls_its_taps(attrs, scales):
     assert func.attrs["unproven_accesses"] == 0
     loops = [st_.var.name for st_ in walk_stmt(func.body) if isinstance(st_, For)]
     assert not [v for v in loops if v.startswith("t")], loops
-    x_reads = [e for st_ in walk_stmt(func.body) for ex in stmt_exprs(st_) for e in te.walk(ex)
-               if isinstance(e, BufferLoad) and e.buffer.name == "X"]
-    assert len(x_reads) == (2 if attrs["mode"] == "linear" else 1), x_reads
+    reads: dict[str, list] = {}
+    for st_ in walk_stmt(func.body):
+        for ex in stmt_exprs(st_):
+            for e in te.walk(ex):
+                if isinstance(e, BufferLoad):
+                    reads.setdefault(e.buffer.name, []).append(e)
+    if attrs["mode"] == "linear":
+        assert "I3" not in reads and "W3" not in reads, sorted(reads)
+        assert not [ld for ld in reads["P3"] for i in ld.indices for e in te.walk(i)
+                    if isinstance(e, (BufferLoad, te.Intrinsic))], reads["P3"]
+        assert len(reads["R3"]) == 2
+    else:
+        assert len(reads["X"]) == 1
+
+
+@needs_gcc
+@settings(max_examples=8, deadline=None)
+@given(data=st.data())
+def test_resize_by_a_whole_factor_reads_its_last_axis_in_place(data):
+    """The last axis enlarged by a whole factor, its taps repeating (linear, cubic, any
+    coordinate mapping but align_corners), is computed from the row with its ends repeated
+    at affine indices, each phase's weights literals; against ONNX's reference, with the
+    other axes resized or not, 1-D to 3-D."""
+    draw = data.draw
+    rank = draw(st.integers(3, 5))
+    shape = [1, draw(st.integers(1, 2))] + [draw(st.integers(1, 6)) for _ in range(rank - 2)]
+    factor = draw(st.sampled_from([2, 3, 4]))
+    scales = [1.0, 1.0] + [float(draw(st.sampled_from([1, 2]))) for _ in range(rank - 3)] + \
+        [float(factor)]
+    attrs = {"mode": draw(st.sampled_from(["linear", "cubic"])),
+             "coordinate_transformation_mode": draw(st.sampled_from(
+                 ["half_pixel", "pytorch_half_pixel", "asymmetric", "half_pixel_symmetric"]))}
+    x = _r(*shape)
+    m = _model("Resize", x.shape, attrs, [("roi", np.array([], np.float32)),
+                                          ("scales", np.array(scales, np.float32))])
+    text = _check(m, x)
+    assert f"P{rank - 1}[" in text and f"I{rank - 1}:" not in text, text
 
 
 def test_refusals_name_what_is_unsupported():

@@ -737,9 +737,9 @@ def _linear_coeffs(ratio, scale, antialias):
 
 
 def _resize_axis(in_w, out_w, scale, coeffs_of, ctm, roi, exclude_outside):
-    """Per output position of one axis: the clamped source indices [O, taps], their
-    weights [O, taps] and whether it is extrapolated (tf_crop_and_resize), as ONNX's
-    reference resizes one axis."""
+    """Per output position of one axis: the source indices [O, taps] (the caller clips
+    them to the input), their weights [O, taps] and whether it is extrapolated
+    (tf_crop_and_resize), as ONNX's reference resizes one axis."""
     y = np.arange(out_w, dtype=np.float64)
     width = scale * in_w
     extrap = None
@@ -780,7 +780,7 @@ def _resize_axis(in_w, out_w, scale, coeffs_of, ctm, roi, exclude_outside):
         coeffs = np.where((idx < 0) | (idx >= in_w), 0.0, coeffs)
         tot = coeffs.sum(axis=-1, keepdims=True)
         coeffs = coeffs / np.where(tot == 0, 1.0, tot)
-    return np.clip(idx, 0, in_w - 1), coeffs, extrap
+    return idx, coeffs, extrap
 
 
 def _resize(cv, node, x, scales, sizes, roi, mode, nearest_mode, ctm, cubic_a,
@@ -847,21 +847,22 @@ def _resize(cv, node, x, scales, sizes, roi, mode, nearest_mode, ctm, cubic_a,
     wnp = np.float32 if dt != "f64" else np.float64
     oi = T.idx(r, "i")
     subs, factors, masks, red, params, args = list(oi), [], [], [], [], [x]
-    tapped = []                                  # (axis, its clamped tap index, its weight)
+    tapped, periods = [], {}                     # the axes summed over taps; the last's period
     for d in range(r):
         trivial = math.isclose(sf[d], 1.0) and out[d] == shape_in[d] and \
             (full_roi is None or (math.isclose(full_roi[d], 0.0) and
                                   math.isclose(full_roi[r + d], 1.0)))
         if trivial:
             continue
-        idx, w, ex = _resize_axis(shape_in[d], out[d], sf[d],
+        raw, w, ex = _resize_axis(shape_in[d], out[d], sf[d],
                                   lambda q, s=sf[d]: coeffs_of(q, s), ctm,
                                   None if full_roi is None else
                                   [full_roi[d], full_roi[r + d]], exclude_outside)
         keep = np.any(w != 0, axis=0)            # taps never used (nearest) are dropped
         if not keep.any():
             keep[0] = True
-        idx, w = idx[:, keep], w[:, keep]
+        raw, w = raw[:, keep], w[:, keep]
+        idx = np.clip(raw, 0, shape_in[d] - 1)
         base = f"{node.output[0]}#resize{d}"
         if mode == "nearest" or (w.shape[1] == 1 and np.all(w == 1.0)):
             pick = idx[np.arange(out[d]), np.argmax(w != 0, axis=1)]
@@ -877,6 +878,17 @@ def _resize(cv, node, x, scales, sizes, roi, mode, nearest_mode, ctm, cubic_a,
                 args.append(t)
                 subs[d] = _clamped(f"I{d}[{oi[d]}]", shape_in[d])
         else:
+            # the last axis, if every other axis is summed over taps or kept, may repeat its
+            # taps with a period: then its indices are affine and its weights literals
+            period = _period(raw, w.astype(wnp), shape_in[d], out[d]) \
+                if d == r - 1 and not masks and (ex is None or not ex.any()) and \
+                all(subs[a] == oi[a] for a in range(d) if a not in tapped) else None
+            tapped.append(d)
+            if period is not None:
+                periods[d] = period
+                factors.append(None)
+                red.append(None)
+                continue
             taps = f"t{d}"
             cv.static[base + "i"] = idx.astype(np.int32)
             cv.static[base + "w"] = w.astype(wnp)
@@ -886,15 +898,14 @@ def _resize(cv, node, x, scales, sizes, roi, mode, nearest_mode, ctm, cubic_a,
             subs[d] = _clamped(f"I{d}[{oi[d]}, {taps}]", shape_in[d])
             factors.append(f"W{d}[{oi[d]}, {taps}]")
             red.append(f"{taps}: {w.shape[1]}")
-            tapped.append(d)
         if ex is not None and ex.any():
             cv.static[base + "e"] = ex.astype(np.bool_)
             te = cv.tensor(base + "e")
             params.append(f"E{d}: {te.type}")
             args.append(te)
             masks.append(f"E{d}[{oi[d]}]")
-    if len(tapped) > 1 and not masks:
-        stages = _separable(subs, factors, red, tapped, oi, shape_in, out, dt)
+    if tapped and not masks:
+        stages = _separable(subs, factors, red, tapped, periods, oi, shape_in, out, dt)
     else:
         body = " * ".join([f"X[{', '.join(subs)}]"] + factors)
         if red:
@@ -907,29 +918,77 @@ def _resize(cv, node, x, scales, sizes, roi, mode, nearest_mode, ctm, cubic_a,
     cv.call(node.output[0], cv.op("resize", text), args, tuple(out), dtype=dt)
 
 
-def _separable(subs, factors, red, tapped, oi, shape_in, out, dt) -> str:
-    """The stages of a resize along several axes of taps (bilinear, bicubic), one axis at a
-    time from the last, as ONNX's reference interpolates: each stage sums its axis's taps
-    of the one before, so a 2-D bilinear resize reads 2 + 2 values an output where one sum
-    over the 2 x 2 window read 4 (and multiplied each by two weights). The last axis goes
-    first, while the other axes still have their input sizes: its gathers along the
-    contiguous axis are the ones that do not vectorize. The next stage gathers whole rows."""
+def _separable(subs, factors, red, tapped, periods, oi, shape_in, out, dt) -> str:
+    """The stages of a resize along axes of taps (bilinear, bicubic), one axis at a time
+    from the last, as ONNX's reference interpolates: each stage sums its axis's taps of the
+    one before, so a 2-D bilinear resize reads 2 + 2 values an output where one sum over
+    the 2 x 2 window read 4 (and multiplied each by two weights). The last axis goes first,
+    while the other axes still have their input sizes: its gathers along the contiguous
+    axis are the ones that do not vectorize, unless its taps repeat with a period
+    (`_periodic_stages`). The next stages gather whole rows."""
+    r = len(oi)
     shape = [out[d] if subs[d] != oi[d] and d not in tapped else shape_in[d]
-             for d in range(len(oi))]
+             for d in range(r)]
     source, lines = "X", []
     order = sorted(tapped, reverse=True)
     for j, d in enumerate(order):
         k = tapped.index(d)
         reads = [subs[a] if a == d or (j == 0 and a not in tapped) else oi[a]
-                 for a in range(len(oi))]
-        shape[d] = out[d]
+                 for a in range(r)]
         name = "Y" if j == len(order) - 1 else f"R{d}"
-        if name != "Y":
-            lines.append(f"    {name}: {T.ty(shape, dt)}")
-        lines.append(f"    {name}[{', '.join(oi)}] = sum[{red[k]}]"
-                     f"({source}[{', '.join(reads)}] * {factors[k]})")
+        if d in periods:
+            lines += _periodic_stages(name, shape, periods[d], oi, dt)
+        else:
+            shape[d] = out[d]
+            if name != "Y":
+                lines.append(f"    {name}: {T.ty(shape, dt)}")
+            lines.append(f"    {name}[{', '.join(oi)}] = sum[{red[k]}]"
+                         f"({source}[{', '.join(reads)}] * {factors[k]})")
         source = name
     return "".join(line + "\n" for line in lines)
+
+
+def _period(raw, w, size, out_size):
+    """``(s, lo, hi, off, w)`` where an axis enlarged by a whole factor ``s`` (2x, 4x) reads,
+    for output ``o``, inputs ``o // s + off[o % s]`` with weights ``w[o % s]`` (a half-pixel
+    bilinear 2x: 0.25, 0.75 and 0.75, 0.25), indices as far as ``lo`` before the axis and
+    ``hi`` past it clipped to its ends; None where the taps do not repeat (align_corners,
+    a fractional scale, weights renormalized at the ends)."""
+    if out_size <= size or out_size % size:
+        return None
+    s = out_size // size
+    off = raw - (np.arange(out_size) // s)[:, None]
+    if not (np.array_equal(off, np.tile(off[:s], (size, 1))) and
+            np.array_equal(w, np.tile(w[:s], (size, 1)))):
+        return None
+    return s, max(0, -int(raw.min())), max(0, int(raw.max()) - (size - 1)), off[:s], w[:s]
+
+
+def _periodic_stages(name, shape, period, oi, dt) -> list[str]:
+    """The last axis enlarged by a whole factor with repeating taps: the input's rows with
+    their ends repeated (``P``: what clipping an index to the row gives), then each output
+    as the sum its phase ``o % s`` takes of ``P`` at ``o // s`` plus constant offsets, its
+    weights literals. Every read is affine in the row's position, so the rows vectorize:
+    a 2x bilinear upsampling's columns of 64 x 64 x 64 took 0.83 ms as gathers, 0.08 ms
+    so (hand-written C, one thread, AVX-512 host)."""
+    s, lo, hi, off, w = period
+    d, size = len(oi) - 1, shape[-1]
+    padded = [*shape[:-1], size + lo + hi]
+    o = oi[d]
+    rows = ", ".join(oi[:-1])
+    lines = [f"    P{d}: {T.ty(padded, dt)}",
+             f"    P{d}[{', '.join(oi)}] = X[{rows}, min(max({o} - {lo}, 0), {size - 1})]"]
+    phases = [" + ".join(f"P{d}[{rows}, {o} // {s} + {int(off[p, t]) + lo}] * "
+                         f"{T.lit(float(w[p, t]), dt)}" for t in range(off.shape[1]))
+              for p in range(s)]
+    body = phases[-1]
+    for p in range(s - 2, -1, -1):
+        body = f"select({o} % {s} == {p}, {phases[p]}, {body})"
+    shape[d] = size * s
+    if name != "Y":
+        lines.append(f"    {name}: {T.ty(shape, dt)}")
+    lines.append(f"    {name}[{', '.join(oi)}] = {body}")
+    return lines
 
 
 def _clamped(index: str, size: int) -> str:
