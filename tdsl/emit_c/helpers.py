@@ -94,17 +94,17 @@ _MINMAX_INT = """\
 # issue one a cycle; one thread, the kernel in a C loop); its x86-64-v3 (AVX2) code on the
 # same host 99-100 -> 73-75 us.
 #
-# Integer vectors take the same blend with no NaN to keep ({nan} empty; gcc: a vpcmpub and a
-# vpblendmb with AVX-512). A quantized ResNet-50's u8 max pool took 351 us with the lanes
-# one by one, 32 so (Zen 4, AVX-512, one thread).
+# Integer vectors take the same blend with no NaN to keep (no NaN tests in {keep_min}; gcc: a
+# vpcmpub and a vpblendmb with AVX-512). A quantized ResNet-50's u8 max pool took 351 us with
+# the lanes one by one, 32 so (Zen 4, AVX-512, one thread).
 _MINMAX_VECTOR = """\
 typedef {it} {mv} __attribute__((vector_size({bytes})));
 {q} {v} tdsl_min_{vd}({v} a, {v} b) {{
-{fast_min}    {mv} m = (a <= b){nan};
+{fast_min}    {mv} m = {keep_min};
     return ({v})((m & ({mv})a) | (~m & ({mv})b));
 }}
 {q} {v} tdsl_max_{vd}({v} a, {v} b) {{
-{fast_max}    {mv} m = (a >= b){nan};
+{fast_max}    {mv} m = {keep_max};
     return ({v})((m & ({mv})a) | (~m & ({mv})b));
 }}"""
 
@@ -606,10 +606,15 @@ class Helpers:
                     fast[op] = (f"#if {guard}\n    {{ {m} r = {fn.format(op)}(({m})b, ({m})a); "
                                 f"return ({v}){pick.format(b=f'({m})b')}; }}\n#endif\n")
                 self._x86_header()
+            # a kept where it wins or ties, or is a NaN, unless b is a NaN (both NaN: b, as
+            # the scalar helpers and the x86 path give)
+            keep = {op: f"(a {cmp} b)" if scalar not in FLOATS else
+                    f"((a {cmp} b) | (a != a)) & (b == b)"
+                    for op, cmp in (("min", "<="), ("max", ">="))}
             self._add(f"minmax_{dtype}", _MINMAX_VECTOR, scalar, v=v, vd=dtype, it=mask,
                       mv=f"tdsl_mask_{dtype}", bytes=int(lanes) * _SIZES[scalar],
                       fast_min=fast["min"], fast_max=fast["max"],
-                      nan=" | (a != a)" if scalar in FLOATS else "")
+                      keep_min=keep["min"], keep_max=keep["max"])
             return f"tdsl_{name}_{dtype}"
         floats = _MINMAX_FLOAT if self.native_math is None else _MINMAX_FLOAT_SELECT
         self._add(f"minmax_{dtype}", floats if dtype in FLOATS else _MINMAX_INT, dtype,
