@@ -230,6 +230,9 @@ class CExpressionPrinter:
                 x, k = (args[1], args[0]) if first else (args[0], args[1])
                 return f"{helper}({x}, {k})", POSTFIX
             return f"{self.helpers.min_max(dtype, name)}({args[0]}, {args[1]})", POSTFIX
+        if name.startswith("reduce_"):                     # reduce_lanes.py's trees
+            helper = self.helpers.reduce_lanes(e.args[0].dtype, name[len("reduce_"):])
+            return f"{helper}({args[0]})", POSTFIX
         if name == "requantize":
             if len(args) != 3:
                 raise BuildError("requantize needs a constant scale to build",

@@ -139,6 +139,16 @@ typedef {it} {mv} __attribute__((vector_size({bytes})));
 
 _ABS_INT = "{q} {t} tdsl_abs_{d}({t} a) {{ return a < 0 ? ({t})-a : a; }}"
 
+# A vector's lanes combined as a tree, neighbours first (reduce_lanes.py): each step combines
+# lane i with lane i + w for the lanes i that start a block of 2 w, the left block first, so
+# a max or min picks the element the serial loop would (the first on a tie, the last NaN);
+# lane 0 holds the result. {steps}: one shuffle and combine per halving.
+_LANES_MASK = "typedef {it} tdsl_lanes_{vd} __attribute__((vector_size({bytes})));"
+_REDUCE_LANES = """\
+{q} {t} tdsl_reduce_{op}_{vd}({v} x) {{
+{steps}    return x[0];
+}}"""
+
 # A float to an integer type: truncate toward zero, saturate to the type's range, NaN -> 0
 # (docs/semantics.md; C leaves the conversion undefined outside the range, and x86, Arm and
 # RISC-V give three different answers). The value is clamped in floats first, so the C
@@ -620,6 +630,29 @@ class Helpers:
         self._add(f"minmax_{dtype}", floats if dtype in FLOATS else _MINMAX_INT, dtype,
                   u="uint32_t" if dtype == "f32" else "uint64_t")
         return f"tdsl_{name}_{dtype}"
+
+    def reduce_lanes(self, dtype: str, op: str) -> str:
+        """The helper combining the lanes of vector ``dtype`` ("f32x16") by ``op`` ("add",
+        "max", "min") as a tree (`_REDUCE_LANES`), called as ``helper(x)``."""
+        scalar, lanes = dtype.split("x")
+        lanes = int(lanes)
+        v = self.vector(scalar, lanes)
+        pick = "x + y" if op == "add" else f"{self.min_max(dtype, op)}(x, y)"
+        steps, w = [], 1
+        while w < lanes:
+            order = ", ".join(str(i ^ w) for i in range(lanes))
+            steps.append(
+                "    {\n#if defined(__clang__)\n"
+                f"        {v} y = __builtin_shufflevector(x, x, {order});\n"
+                "#else\n"
+                f"        {v} y = __builtin_shuffle(x, (tdsl_lanes_{dtype}){{{order}}});\n"
+                f"#endif\n        x = {pick};\n    }}\n")
+            w *= 2
+        self._add(f"lanes_{dtype}", _LANES_MASK, scalar, vd=dtype,
+                  it=f"int{8 * _SIZES[scalar]}_t", bytes=lanes * _SIZES[scalar])
+        self._add(f"reduce_{op}_{dtype}", _REDUCE_LANES, scalar, v=v, vd=dtype, op=op,
+                  steps="".join(steps))
+        return f"tdsl_reduce_{op}_{dtype}"
 
     def min_max_const(self, dtype: str, name: str, const_first: bool) -> str:
         """`min_max` of a float (scalar or GNU vector) and a constant that is not NaN,

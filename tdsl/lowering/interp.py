@@ -62,6 +62,19 @@ _MATH = {
 _COMBINE = {"sum": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum}
 
 
+def _tree(op):
+    """reduce_lanes.py's horizontal reductions: neighbours first, as the emitters' helper."""
+    def reduce(v):
+        while len(v) > 1:
+            v = op(v[0::2], v[1::2])
+        return v[0]
+    return reduce
+
+
+_MATH.update({"reduce_add": _tree(np.add), "reduce_max": _tree(np.maximum),
+              "reduce_min": _tree(np.minimum)})
+
+
 def _junk(dtype: str):
     if is_float(dtype):
         return np.nan

@@ -20,8 +20,9 @@ from .default_schedule import default_schedule
 from .loop_ir import LoweredFunc
 from .read_regions import reads
 from .passes import (apply_schedule, barriers, bounds_check, build_nests, flatten,
-                     hoist_divisions, partition, prefetch, promote_accumulators, simplify,
-                     thread_reduce, unroll, unswitch, vectorize, verify as verify_pass)
+                     hoist_divisions, partition, prefetch, promote_accumulators, reduce_lanes,
+                     simplify, thread_reduce, unroll, unswitch, vectorize,
+                     verify as verify_pass)
 from .schedule import Schedule
 from .sizes import stage_shapes
 from .thread_bindings import check as check_thread_bindings
@@ -38,6 +39,7 @@ PIPELINE = [
     ("flatten", flatten.run),            # multi-dimensional -> flat offsets
     ("simplify", simplify.run),
     ("vectorize", vectorize.run),        # straight-line vectorized loops -> ramps/broadcasts
+    ("reduce_lanes", reduce_lanes.run),  # a short max/min (an rfactor's sum) as a tree
     ("unswitch", unswitch.run),          # a whole register tile's test (partition), before
                                          # its tail's lane loops make the tile a plain loop
     ("unroll", unroll.run),              # small unrolled loops -> copies
@@ -51,8 +53,10 @@ PIPELINE = [
 # GPU targets: cross-thread reductions become log-depth steps (warp shuffles where the
 # target has them), then barriers go in, while guards are still where the schedule put them
 # (the pass moves guards off the barriers; the in-bounds pass then guards what it cannot
-# prove). No prefetch: the GPU languages print none.
-GPU_PIPELINE = [("simplify", simplify.run), ("barriers", barriers.run), *PIPELINE[2:]]
+# prove). No prefetch: the GPU languages print none; no lane trees: a thread's values are
+# scalars there.
+GPU_PIPELINE = [("simplify", simplify.run), ("barriers", barriers.run),
+                *(p for p in PIPELINE[2:] if p[0] != "reduce_lanes")]
 
 
 def gpu_pipeline(target) -> list:

@@ -65,6 +65,7 @@ class StageGraph:
     order: list[str]                     # computed stages, producers first (inlined kept)
     inputs: dict[str, te.Tensor]
     prefetches: list = field(default_factory=list)     # `Prefetch` directives, in order
+    partials: set = field(default_factory=set)         # the stages rfactor made
 
     def stage(self, name: str, span, what: str = "stage") -> StageState:
         if name in self.stages:

@@ -351,6 +351,7 @@ def _rfactor(g: StageGraph, d: S.RFactor) -> None:
     st.kind = {n: "data" for n in st.leaves}
     g.stages[d.name] = state_of(rf, False)
     g.order.insert(g.order.index(st.name), d.name)
+    g.partials.add(d.name)
 
 
 # ---------------------------------------------------------------------------- storage, tensorize

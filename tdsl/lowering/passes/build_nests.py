@@ -163,6 +163,8 @@ class Builder:
                          if p["outer"] and p["at"])
         if requests:
             self.attrs["prefetch"] = requests
+        # rfactor's partial results, which `reduce_lanes` may combine in any order
+        self.attrs["partials"] = frozenset(g.partials)
         return LoweredFunc(fn.name, tuple(params), body, self.free_shape_vars,
                            len(fn.inputs), self.attrs)
 
