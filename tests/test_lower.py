@@ -362,6 +362,28 @@ op up(X: f32[R, W]) -> Y: f32[R, 2 * W] {
 """
 
 
+SHUFFLE = """
+op shuffle(X: f32[4, C, H, W]) -> Y: f32[C, 2 * H, 2 * W] {
+    Y[c, y, x] = X[(y % 2) * 2 + x % 2, c, y // 2, x // 2]
+}
+"""
+
+
+@pytest.mark.parametrize("c, h, w", [(3, 5, 40), (1, 1, 3), (16, 64, 64)])
+@pytest.mark.skipif(shutil.which("gcc") is None, reason="gcc is not installed")
+def test_default_schedule_reads_each_phase_of_a_pixel_shuffle_contiguously(c, h, w):
+    """DepthToSpace (a pixel shuffle): output column x reads plane x % 2 at x // 2. Split by
+    the phase, unrolled, each copy reads its plane's row contiguously and the two copies'
+    stores interleave (64 x 64 x 64 by 2: 161 -> 22 us, two threads, AVX-512 host)."""
+    op = tdsl.loads(SHUFFLE)["shuffle"]
+    shapes = dict(C=c, H=h, W=w)
+    names = [lp.var.name for lp in loops(op.lower(target="c", shapes=shapes))]
+    assert "x.r" in names and "x.c" not in names, names
+    x = np.random.default_rng(w).standard_normal((4, c, h, w)).astype(np.float32)
+    want = x.reshape(2, 2, c, h, w).transpose(2, 3, 0, 4, 1).reshape(c, 2 * h, 2 * w)
+    np.testing.assert_array_equal(op.build("c", shapes=shapes)(x), want)
+
+
 @pytest.mark.parametrize("rows, width", [(3, 40), (1, 3), (64, 64)])
 @pytest.mark.skipif(shutil.which("gcc") is None, reason="gcc is not installed")
 def test_default_schedule_splits_an_enlarged_axis_into_its_phases(rows, width):

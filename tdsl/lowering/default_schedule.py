@@ -98,6 +98,14 @@ def _copy_worth_keeping(t: te.Tensor, stages) -> bool:
                for r in stages for ld in te.loads(r.op.body))
 
 
+def _irregular(i: te.Expr, v: te.Var) -> bool:
+    """Whether index ``i`` reads ``v`` through a gather, a clamp, a division or a remainder
+    (not affinely)."""
+    return any(v in te.free_vars(e) and (
+        isinstance(e, te.Load) or (isinstance(e, te.Binary) and e.op in ("//", "%")) or
+        (isinstance(e, te.Intrinsic) and e.name in ("min", "max"))) for e in te.walk(i))
+
+
 def _const(e: te.Expr, env: dict) -> int | None:
     e = simplify(te.substitute(e, env))
     return int(e.value) if isinstance(e, te.Const) else None
@@ -183,9 +191,9 @@ def _schedule_stage(s: Schedule, t: te.Tensor, env: dict, vector_bytes: int,
     phases = None if red or contiguous or runs is not None or None in extents else \
         _phases(t, extents, lanes)
     if phases is not None:
-        # k as k.r * phases + k.c, every load reading k.r only and k.c unrolled: each copy's
-        # selects on k % phases fold, and the loop over k.r reads rows contiguously and
-        # stores the phases interleaved, which the C compiler vectorizes
+        # k as k.r * phases + k.c, every load reading k.r affinely and k.c unrolled: each
+        # copy's selects on k % phases fold, and the loop over k.r reads rows contiguously
+        # and stores the phases interleaved, which the C compiler vectorizes
         s = s.split(name, inner_name, phases, outer=f"{inner_name}.r",
                     inner=f"{inner_name}.c").unroll(name, f"{inner_name}.c")
         parallel_axis = outer[0] if outer else f"{inner_name}.r"
@@ -326,8 +334,9 @@ def _contiguous_runs(t: te.Tensor, extents: list[int], lanes: int) -> int | None
 def _phases(t: te.Tensor, extents: list[int], lanes: int) -> int | None:
     """The ``c`` (fewer than ``lanes``, dividing the innermost extent) that the innermost
     loop ``k`` of ``t`` is divided by in its loads such that, with ``k = k.r * c + k.c``,
-    no load reads ``k.c``: an axis enlarged by a whole factor, each output reading its
-    input at ``k // c`` (a resize's phases ``k % c`` choose the weights); None if none."""
+    every load reads ``k.r`` affinely (``k.c``, unrolled, is a constant in each copy): an
+    axis enlarged by a whole factor, each output reading its input at ``k // c`` (a resize's
+    phases ``k % c`` choose its weights, a DepthToSpace's its planes); None if none."""
     k, n = t.op.axes[-1].var, extents[-1]
     divisors = {e.b.value for ld in te.loads(t.op.body) for i in ld.indices
                 for e in te.walk(i) if isinstance(e, te.Binary) and e.op == "//"
@@ -338,8 +347,7 @@ def _phases(t: te.Tensor, extents: list[int], lanes: int) -> int | None:
             .with_loop(kc, te.Const(0, te.INDEX), te.Const(c, te.INDEX))
         split = {k: te.Binary("+", te.Binary("*", kr, te.Const(c, te.INDEX), te.INDEX), kc,
                               te.INDEX)}
-        if not any(kc in te.free_vars(simplify(te.substitute(i, split),
-                                               lambda e: bounds(e, ctx)))
+        if not any(_irregular(simplify(te.substitute(i, split), lambda e: bounds(e, ctx)), kr)
                    for ld in te.loads(t.op.body) for i in ld.indices):
             return c
     return None
