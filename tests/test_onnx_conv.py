@@ -241,13 +241,12 @@ def test_resize_by_a_whole_factor_reads_its_last_axis_in_place(data):
     """The last axis enlarged by a whole factor, its taps repeating (linear, cubic, any
     coordinate mapping but align_corners), is computed from the row with its ends repeated
     at affine indices, each phase's weights literals; against ONNX's reference, with the
-    other axes resized or not, 1-D to 3-D."""
+    other axes resized or not, ranks 1 to 5."""
     draw = data.draw
-    rank = draw(st.integers(3, 5))
-    shape = [1, draw(st.integers(1, 2))] + [draw(st.integers(1, 6)) for _ in range(rank - 2)]
-    factor = draw(st.sampled_from([2, 3, 4]))
-    scales = [1.0, 1.0] + [float(draw(st.sampled_from([1, 2]))) for _ in range(rank - 3)] + \
-        [float(factor)]
+    rank = draw(st.integers(1, 5))
+    shape = [draw(st.integers(1, 6)) for _ in range(rank)]
+    scales = [float(draw(st.sampled_from([1, 2]))) for _ in range(rank - 1)] + \
+        [float(draw(st.sampled_from([2, 3, 4])))]
     attrs = {"mode": draw(st.sampled_from(["linear", "cubic"])),
              "coordinate_transformation_mode": draw(st.sampled_from(
                  ["half_pixel", "pytorch_half_pixel", "asymmetric", "half_pixel_symmetric"]))}

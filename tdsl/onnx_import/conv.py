@@ -974,11 +974,13 @@ def _periodic_stages(name, shape, period, oi, dt) -> list[str]:
     s, lo, hi, off, w = period
     d, size = len(oi) - 1, shape[-1]
     padded = [*shape[:-1], size + lo + hi]
-    o = oi[d]
-    rows = ", ".join(oi[:-1])
+    o, rows = oi[d], oi[:-1]
+
+    def at(tensor, index):
+        return f"{tensor}[{', '.join([*rows, index])}]"
     lines = [f"    P{d}: {T.ty(padded, dt)}",
-             f"    P{d}[{', '.join(oi)}] = X[{rows}, min(max({o} - {lo}, 0), {size - 1})]"]
-    phases = [" + ".join(f"P{d}[{rows}, {o} // {s} + {int(off[p, t]) + lo}] * "
+             f"    P{d}[{', '.join(oi)}] = {at('X', f'min(max({o} - {lo}, 0), {size - 1})')}"]
+    phases = [" + ".join(f"{at(f'P{d}', f'{o} // {s} + {int(off[p, t]) + lo}')} * "
                          f"{T.lit(float(w[p, t]), dt)}" for t in range(off.shape[1]))
               for p in range(s)]
     body = phases[-1]
