@@ -88,22 +88,24 @@ def _copy_worth_keeping(t: te.Tensor, stages) -> bool:
     inlined, the clamp would make its readers' affine reads irregular, and they would not
     vectorize), or one that a reader gathers from (read at a data-dependent index: it
     would be computed again at every tap)."""
-    def irregular(i):
-        return any(isinstance(e, te.Load) or (isinstance(e, te.Intrinsic) and
-                                              e.name in ("min", "max")) for e in te.walk(i))
-    if any(irregular(i) for ld in te.loads(t.op.body) for i in ld.indices):
+    if any(_irregular(i) for ld in te.loads(t.op.body) for i in ld.indices):
         return True
     return any(ld.tensor.name == t.name and
                any(isinstance(e, te.Load) for i in ld.indices for e in te.walk(i))
                for r in stages for ld in te.loads(r.op.body))
 
 
-def _irregular(i: te.Expr, v: te.Var) -> bool:
-    """Whether index ``i`` reads ``v`` through a gather, a clamp, a division or a remainder
-    (not affinely)."""
-    return any(v in te.free_vars(e) and (
-        isinstance(e, te.Load) or (isinstance(e, te.Binary) and e.op in ("//", "%")) or
-        (isinstance(e, te.Intrinsic) and e.name in ("min", "max"))) for e in te.walk(i))
+def _irregular(i: te.Expr, v: te.Var | None = None) -> bool:
+    """Whether index ``i`` reads through a gather or a clamp; given ``v``, whether it reads
+    ``v`` so or through a division or a remainder (not affinely)."""
+    for e in te.walk(i):
+        if v is not None and v not in te.free_vars(e):
+            continue
+        if isinstance(e, te.Load) or (isinstance(e, te.Intrinsic) and e.name in ("min", "max")):
+            return True
+        if v is not None and isinstance(e, te.Binary) and e.op in ("//", "%"):
+            return True
+    return False
 
 
 def _const(e: te.Expr, env: dict) -> int | None:

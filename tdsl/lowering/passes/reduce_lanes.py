@@ -15,10 +15,11 @@ After: one statement, the loop's values combined as a tree, neighbours first::
 L shuffles and vector operations where the loop was L dependent steps, 40 to 60 cycles of
 latency for 16 lanes). For ``max`` and ``min`` that is exact: each step keeps its first
 operand on a tie and takes a NaN from either, so the tree picks the same element as the loop
-(the first of the largest, the last NaN), whatever the values. For ``+`` the order of the
-additions changes, so only the partials of an ``rfactor`` (``func.attrs["partials"]``), whose
-combination a schedule has already reordered, are summed so. Std softmax of 4096 x 1024 on
-one Zen 4 core (AVX-512): 1.50 -> 1.32 ms, the kernel in a C loop; two threads 0.73 -> 0.66.
+(the first of the largest, the last NaN), whatever the values. A sum's order is its
+rounding (and where an integer sum overflows), so only the partials of an ``rfactor``
+(``func.attrs["partials"]``), whose combination a schedule has already reordered, are
+summed so. Std softmax of 4096 x 1024 on one Zen 4 core (AVX-512): 1.50 -> 1.32 ms, the
+kernel in a C loop; two threads 0.73 -> 0.66.
 GPU targets keep their threads' values scalar (lower.py's GPU_PIPELINE leaves this out).
 """
 from __future__ import annotations
