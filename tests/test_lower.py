@@ -352,16 +352,6 @@ def test_default_schedule_reads_blocks_back_into_planes_a_pixel_at_a_time(blocks
     np.testing.assert_array_equal(op.build("c", shapes=shapes)(x), want)
 
 
-UPSAMPLE = """
-op up(X: f32[R, W]) -> Y: f32[R, 2 * W] {
-    P: f32[R, W + 2]
-    P[r, x] = X[r, min(max(x - 1, 0), W - 1)]
-    Y[r, x] = select(x % 2 == 0, P[r, x // 2] * 0.25 + P[r, x // 2 + 1] * 0.75,
-                     P[r, x // 2 + 1] * 0.75 + P[r, x // 2 + 2] * 0.25)
-}
-"""
-
-
 SHUFFLE = """
 op shuffle(X: f32[4, C, H, W]) -> Y: f32[C, 2 * H, 2 * W] {
     Y[c, y, x] = X[(y % 2) * 2 + x % 2, c, y // 2, x // 2]
@@ -382,6 +372,16 @@ def test_default_schedule_reads_each_phase_of_a_pixel_shuffle_contiguously(c, h,
     x = np.random.default_rng(w).standard_normal((4, c, h, w)).astype(np.float32)
     want = x.reshape(2, 2, c, h, w).transpose(2, 3, 0, 4, 1).reshape(c, 2 * h, 2 * w)
     np.testing.assert_array_equal(op.build("c", shapes=shapes)(x), want)
+
+
+UPSAMPLE = """
+op up(X: f32[R, W]) -> Y: f32[R, 2 * W] {
+    P: f32[R, W + 2]
+    P[r, x] = X[r, min(max(x - 1, 0), W - 1)]
+    Y[r, x] = select(x % 2 == 0, P[r, x // 2] * 0.25 + P[r, x // 2 + 1] * 0.75,
+                     P[r, x // 2 + 1] * 0.75 + P[r, x // 2 + 2] * 0.25)
+}
+"""
 
 
 @pytest.mark.parametrize("rows, width", [(3, 40), (1, 3), (64, 64)])

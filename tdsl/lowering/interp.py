@@ -43,6 +43,17 @@ class OutOfBounds(IndexError):
 
 
 _ERF = np.frompyfunc(math.erf, 1, 1)
+
+
+def _tree(op):
+    """reduce_lanes.py's horizontal reductions: neighbours first, as the emitters' helper."""
+    def reduce(v):
+        while len(v) > 1:
+            v = op(v[0::2], v[1::2])
+        return v[0]
+    return reduce
+
+
 _MATH = {
     "exp": np.exp, "log": np.log, "sqrt": np.sqrt, "tanh": np.tanh, "sin": np.sin,
     "cos": np.cos, "abs": np.abs, "floor": np.floor, "ceil": np.ceil, "round": np.rint,
@@ -58,21 +69,9 @@ _MATH = {
     # u8 x i8, 2 for i16 x i16
     "dot4_u8i8": lambda acc, a, b: acc + b.astype(np.int32).reshape(-1, 4) @ a.astype(np.int32),
     "dot2_i16": lambda acc, a, b: acc + b.astype(np.int32).reshape(-1, 2) @ a.astype(np.int32),
+    "reduce_add": _tree(np.add), "reduce_max": _tree(np.maximum), "reduce_min": _tree(np.minimum),
 }
 _COMBINE = {"sum": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum}
-
-
-def _tree(op):
-    """reduce_lanes.py's horizontal reductions: neighbours first, as the emitters' helper."""
-    def reduce(v):
-        while len(v) > 1:
-            v = op(v[0::2], v[1::2])
-        return v[0]
-    return reduce
-
-
-_MATH.update({"reduce_add": _tree(np.add), "reduce_max": _tree(np.maximum),
-              "reduce_min": _tree(np.minimum)})
 
 
 def _junk(dtype: str):
